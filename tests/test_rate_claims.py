@@ -1,0 +1,150 @@
+"""Rate-claim parser, design matrix, leading exponent and text forms."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transformer_limits.verify.rate_claims import RateClaim, RateTerm, parse_rate_claim
+
+
+def test_parses_the_theory_claims():
+    paper1 = parse_rate_claim("L^-1 + L^-1/3 H^-1/2", name="paper-1 forward")
+    assert paper1.terms == (RateTerm("C1", {"L": -1}), RateTerm("C2", {"L": Fraction(-1, 3), "H": Fraction(-1, 2)}))
+    assert paper1.parameters == ("L", "H")
+    paper2 = parse_rate_claim("log(L)/L + 1/m")
+    assert paper2.terms == (RateTerm("C1", {"L": -1}, {"L": 1}), RateTerm("C2", {"m": -1}))
+    assert parse_rate_claim("N^-1/2").terms == (RateTerm("C1", {"N": Fraction(-1, 2)}),)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("L^(-1/3) H^{-1/2}", {"L": Fraction(-1, 3), "H": Fraction(-1, 2)}),
+    ("L**-0.5", {"L": Fraction(-1, 2)}),
+    ("1/(m L)", {"m": -1, "L": -1}),
+    ("L^-1/m", {"L": -1, "m": -1}),           # '/' followed by a name divides
+    ("1/sqrt(H)", {"H": Fraction(-1, 2)}),
+    ("L * L^-2", {"L": -1}),
+    ("(L H)^-1/2", {"L": Fraction(-1, 2), "H": Fraction(-1, 2)}),
+])
+def test_exponent_forms(text, expected):
+    assert parse_rate_claim(text).terms[0].exponents == expected
+
+
+def test_coefficient_names_explicit_and_default():
+    claim = parse_rate_claim("C_fwd L^-1 + L^-1/3 H^-1/2 + C1 m^-1")
+    assert claim.coefficient_names == ("C_fwd", "C2", "C1")
+    claim = parse_rate_claim("K L^-1 + A/m", params=["L", "m"])
+    assert claim.coefficient_names == ("K", "A")
+    assert parse_rate_claim("C0 + 1/L").terms[0] == RateTerm("C0")
+
+
+@pytest.mark.parametrize("text, token", [
+    ("L^-1 - L^-2", "'-'"),
+    ("L^x", "'x'"),
+    ("2/L", "'2'"),
+    ("L $ H", "'$'"),
+    ("", "empty"),
+    ("L^", "end of text"),
+    ("log(2)", "log"),
+    ("(L", "')'"),
+    ("L C1", "'C1'"),
+    ("L + ", "end of text"),
+    ("L^-1/0", "zero denominator"),
+])
+def test_bad_claims_name_the_token(text, token):
+    with pytest.raises(ValueError, match="rate claim") as info:
+        parse_rate_claim(text)
+    assert token in str(info.value)
+
+
+def test_unknown_parameter_with_params():
+    with pytest.raises(ValueError, match="unknown parameter 'H'"):
+        parse_rate_claim("L^-1 + L^-1 H^-1/2 + C3 L^-2 H", params=["L"])
+
+
+def test_claim_validation():
+    with pytest.raises(ValueError, match="duplicate monomial"):
+        parse_rate_claim("1/L + C5 L^-1")
+    with pytest.raises(ValueError, match="test_function"):
+        parse_rate_claim("1/L", error_functional="weak")
+    with pytest.raises(ValueError, match="error_functional"):
+        parse_rate_claim("1/L", error_functional="average")
+    weak = parse_rate_claim("1/L", error_functional="weak", test_function="cos(x_1)", coupling="same B")
+    assert weak.to_dict()["test_function"] == "cos(x_1)"
+
+
+def test_design_matrix_and_predict():
+    claim = parse_rate_claim("log(L)/L + 1/m")
+    table = {"L": np.array([2.0, 4.0, 8.0]), "m": np.array([1.0, 10.0, 100.0])}
+    X = claim.evaluate_terms(table)
+    assert X.shape == (3, 2)
+    np.testing.assert_allclose(X[:, 0], np.log(table["L"]) / table["L"])
+    np.testing.assert_allclose(X[:, 1], 1 / table["m"])
+    np.testing.assert_allclose(claim.predict(table, {"C1": 2.0, "C2": 3.0}), X @ [2.0, 3.0])
+    with pytest.raises(ValueError, match="no column 'm'"):
+        claim.evaluate_terms({"L": [2.0]})
+    with pytest.raises(ValueError, match="positive"):
+        claim.evaluate_terms({"L": [2.0], "m": [0.0]})
+
+
+def test_leading_exponent():
+    claim = parse_rate_claim("L^-1 + L^-1/3 H^-1/2")
+    assert claim.leading_exponent("L") == Fraction(-1, 3)
+    assert claim.leading_exponent("H") == Fraction(-1, 2)
+    paper2 = parse_rate_claim("1/L + log(L)/L + 1/m")
+    assert paper2.leading_exponent("L") == -1
+    assert paper2.leading_term("L").log_powers == {"L": 1}   # log L / L is the slower of the two
+    with pytest.raises(ValueError, match="'N'"):
+        claim.leading_exponent("N")
+
+
+def test_text_and_latex():
+    claim = parse_rate_claim("L^-1 + L^-1/3 H^-1/2")
+    assert str(claim) == "C1 L^-1 + C2 L^-1/3 H^-1/2"
+    assert claim.latex() == r"C_{1}\, L^{-1} + C_{2}\, L^{-1/3}\, H^{-1/2}"
+    assert parse_rate_claim("log(L)/L").latex() == r"C_{1}\, \log L\, L^{-1}"
+
+
+# -- hypothesis: round trips -----------------------------------------------------------------------
+
+_exponent = st.fractions(min_value=-3, max_value=3, max_denominator=6).filter(lambda q: q != 0)
+_monomial = st.tuples(
+    st.dictionaries(st.sampled_from(["L", "H", "m", "N", "d_k"]), _exponent, max_size=3),
+    st.dictionaries(st.sampled_from(["L", "N"]), st.integers(1, 3).map(Fraction), max_size=1),
+)
+
+
+@st.composite
+def claims(draw):
+    monomials = draw(st.lists(_monomial, min_size=1, max_size=4, unique_by=lambda m: (
+        tuple(sorted(m[0].items())), tuple(sorted(m[1].items())))))
+    terms = tuple(RateTerm(f"C{k + 1}", e, g) for k, (e, g) in enumerate(monomials))
+    return RateClaim("c", terms)
+
+
+@settings(max_examples=150, deadline=None)
+@given(claims())
+def test_str_round_trip(claim):
+    assert parse_rate_claim(str(claim), name="c") == claim
+    assert claim.latex()
+
+
+@settings(max_examples=100, deadline=None)
+@given(claims(), st.integers(0, 2**16))
+def test_design_matrix_matches_terms_and_leading_exponent(claim, seed):
+    rng = np.random.default_rng(seed)
+    table = {p: rng.uniform(1.5, 100.0, size=5) for p in claim.parameters}
+    X = claim.evaluate_terms(table) if claim.parameters else None
+    for k, term in enumerate(claim.terms):
+        manual = np.ones(5)
+        for p, a in term.exponents.items():
+            manual *= table[p] ** float(a)
+        for p, b in term.log_powers.items():
+            manual *= np.log(table[p]) ** float(b)
+        if X is not None:
+            np.testing.assert_allclose(X[:, k], manual, rtol=1e-12)
+    for p in claim.parameters:
+        q = claim.leading_exponent(p)
+        assert all(t.exponents.get(p, 0) <= q for t in claim.terms if p in t.parameters)

@@ -1,0 +1,3 @@
+from transformer_limits.cli import main
+
+raise SystemExit(main())

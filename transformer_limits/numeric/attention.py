@@ -1,0 +1,250 @@
+"""Softmax attention and its measure derivatives on every backend (generated kernels).
+
+For queries X (N, d), a token measure mu = sum_j w_j delta_{Y_j} (Y (M, d), w (M,), default
+w_j = 1/M) and one head (Q, K in R^{d_k x d}, V in R^{d_v x d}), THEORY.md 1.3:
+
+    A(x_i, mu)              (N, d_v)        attention
+    grad_x A(x_i, mu)       (N, d_v, d)     spatial Jacobian
+    d_mu A(x_i, mu)(Y_j)    (N, M, d_v, d)  Lions derivative at every atom
+    dA/dmu(x_i, mu)(Y_j)    (N, M, d_v)     flat derivative at every atom
+
+Kernels are generated from the SymPy derivations once per (d, d_k, d_v, flavour), stored in the
+kernel cache (:mod:`transformer_limits.kernel_cache`) and imported from there; a warm process never
+imports SymPy.  :mod:`transformer_limits.numeric.attention_reference` is an independent NumPy
+(einsum) implementation that every backend is tested against.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from transformer_limits import kernel_cache
+from transformer_limits.numeric.backends import BACKENDS, backend_status
+
+__all__ = ["AttentionKernels", "attention_kernels", "multi_head_field"]
+
+_FLAVOUR = {"numpy": "python-numpy", "numba": "python-numba", "numba-cuda": "python-cuda",
+            "numba-cuda-sim": "python-cuda", "cupy": "cuda-c"}
+_THREADS = 128
+_THREADS_2D = (16, 16)
+
+
+def kernel_source_path(d: int, d_k: int, d_v: int, flavour: str) -> Path:
+    """Cached source of the attention kernels; generated (SymPy imported) only on a cache miss."""
+    from transformer_limits.symbolic.attention_kernels import attention_kernel_spec  # light import
+
+    path = kernel_cache.lookup_source(attention_kernel_spec(d, d_k, d_v, flavour))
+    if path is None:
+        from transformer_limits.symbolic.attention_kernels import write_attention_kernel
+
+        path = write_attention_kernel(d, d_k, d_v, flavour)
+    return path
+
+
+def _as_f64(name: str, a: Any, ndim: int) -> np.ndarray:
+    arr = np.ascontiguousarray(a, dtype=np.float64)
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains non-finite values")
+    return arr
+
+
+class AttentionKernels:
+    """Generated attention kernels for fixed shapes on one backend.
+
+    >>> k = AttentionKernels(2, 2, 2, backend="numpy")
+    >>> X = np.zeros((3, 2)); Q = K = V = np.eye(2)
+    >>> k.attention(X, X, Q, K, V).shape
+    (3, 2)
+    """
+
+    def __init__(self, d: int, d_k: int, d_v: int, backend: str = "numpy"):
+        for name, val in (("d", d), ("d_k", d_k), ("d_v", d_v)):
+            if not isinstance(val, (int, np.integer)) or val < 1:
+                raise ValueError(f"{name} must be a positive integer, got {val!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+        status = {s.name: s for s in backend_status()}[backend]
+        if not status.available:
+            raise ValueError(f"backend {backend!r} is not usable here: {status.reason}")
+        self.d, self.d_k, self.d_v, self.backend = int(d), int(d_k), int(d_v), backend
+        self.source_path = kernel_source_path(self.d, self.d_k, self.d_v, _FLAVOUR[backend])
+        if backend == "cupy":
+            import cupy
+
+            self._module = cupy.RawModule(code=self.source_path.read_text(), options=("--std=c++14",))
+        else:
+            self._module = kernel_cache.load_python_source(self.source_path)
+
+    # ------------------------------------------------------------------ input checking
+    def _inputs(self, X, Y, Q, K, V, w):
+        X, Y = _as_f64("X", X, 2), _as_f64("Y", Y, 2)
+        Q, K, V = _as_f64("Q", Q, 2), _as_f64("K", K, 2), _as_f64("V", V, 2)
+        d, d_k, d_v = self.d, self.d_k, self.d_v
+        for name, arr, shape in (("Q", Q, (d_k, d)), ("K", K, (d_k, d)), ("V", V, (d_v, d))):
+            if arr.shape != shape:
+                raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
+        for name, arr in (("X", X), ("Y", Y)):
+            if arr.shape[1] != d:
+                raise ValueError(f"{name} must have {d} columns, got shape {arr.shape}")
+        if Y.shape[0] == 0:
+            raise ValueError("Y must hold at least one atom")
+        if w is None:
+            w = np.full(Y.shape[0], 1.0 / Y.shape[0])
+        w = _as_f64("weights", w, 1)
+        if w.shape != (Y.shape[0],) or np.any(w < 0) or not w.sum() > 0:
+            raise ValueError("weights must be non-negative, one per row of Y, with positive sum")
+        return X, Y, Q, K, V, w
+
+    # ------------------------------------------------------------------ dispatch
+    def _run(self, kind: str, X, Y, Q, K, V, w):
+        X, Y, Q, K, V, w = self._inputs(X, Y, Q, K, V, w)
+        if self.backend == "numpy":
+            return self._run_numpy(kind, X, Y, Q, K, V, w)
+        if self.backend == "numba":
+            return self._run_numba(kind, X, Y, Q, K, V, w)
+        if self.backend == "cupy":
+            return self._run_cupy(kind, X, Y, Q, K, V, w)
+        return self._run_numba_cuda(kind, X, Y, Q, K, V, w)
+
+    def _run_numpy(self, kind, X, Y, Q, K, V, w):
+        m = self._module
+        KF, VF, UF = m.key_features(Y, Q, K, V)
+        A, logz = m.forward(X, w, Q, K, V, KF, VF)
+        if kind == "forward":
+            return A, logz
+        if kind == "jacobian":
+            return m.jacobian(X, w, Q, K, V, KF, VF, UF, A, logz)
+        if kind == "lions":
+            return m.lions_derivative(X, Q, K, V, KF, VF, A, logz)
+        return m.flat_derivative(X, Q, K, V, KF, VF, A, logz)
+
+    def _run_numba(self, kind, X, Y, Q, K, V, w):
+        m = self._module
+        N, M = X.shape[0], Y.shape[0]
+        KF, VF, UF = np.empty((M, self.d_k)), np.empty((M, self.d_v)), np.empty((M, self.d))
+        m.key_features(Y, Q, K, V, KF, VF, UF)
+        A, logz = np.empty((N, self.d_v)), np.empty(N)
+        m.forward(X, w, Q, K, V, KF, VF, A, logz)
+        if kind == "forward":
+            return A, logz
+        if kind == "jacobian":
+            J = np.empty((N, self.d_v, self.d))
+            m.jacobian(X, w, Q, K, V, KF, VF, UF, A, logz, J)
+            return J
+        if kind == "lions":
+            out = np.empty((N, M, self.d_v, self.d))
+            m.lions_derivative(X, Q, K, V, KF, VF, A, logz, out)
+            return out
+        out = np.empty((N, M, self.d_v))
+        m.flat_derivative(X, Q, K, V, KF, VF, A, logz, out)
+        return out
+
+    def _run_numba_cuda(self, kind, X, Y, Q, K, V, w):
+        from numba import cuda
+
+        m = self._module
+        N, M = X.shape[0], Y.shape[0]
+        dX, dY, dw, dQ, dK, dV = (cuda.to_device(a) for a in (X, Y, w, Q, K, V))
+        KF = cuda.device_array((M, self.d_k))
+        VF = cuda.device_array((M, self.d_v))
+        UF = cuda.device_array((M, self.d))
+        m.key_features[(M + _THREADS - 1) // _THREADS, _THREADS](dY, dQ, dK, dV, KF, VF, UF)
+        A, logz = cuda.device_array((N, self.d_v)), cuda.device_array(N)
+        grid = ((N + _THREADS - 1) // _THREADS, _THREADS)
+        m.forward[grid](dX, dw, dQ, dK, dV, KF, VF, A, logz)
+        if kind == "forward":
+            return A.copy_to_host(), logz.copy_to_host()
+        if kind == "jacobian":
+            J = cuda.device_array((N, self.d_v, self.d))
+            m.jacobian[grid](dX, dw, dQ, dK, dV, KF, VF, UF, A, logz, J)
+            return J.copy_to_host()
+        tx, ty = _THREADS_2D
+        grid2 = (((N + tx - 1) // tx, (M + ty - 1) // ty), (tx, ty))
+        if kind == "lions":
+            out = cuda.device_array((N, M, self.d_v, self.d))
+            m.lions_derivative[grid2](dX, dQ, dK, dV, KF, VF, A, logz, out)
+        else:
+            out = cuda.device_array((N, M, self.d_v))
+            m.flat_derivative[grid2](dX, dQ, dK, dV, KF, VF, A, logz, out)
+        return out.copy_to_host()
+
+    def _run_cupy(self, kind, X, Y, Q, K, V, w):  # pragma: no cover - needs a GPU
+        import cupy as cp
+
+        f = self._module.get_function
+        N, M = X.shape[0], Y.shape[0]
+        dX, dY, dw, dQ, dK, dV = (cp.asarray(a) for a in (X, Y, w, Q, K, V))
+        KF, VF, UF = cp.empty((M, self.d_k)), cp.empty((M, self.d_v)), cp.empty((M, self.d))
+        nM, nN = np.int64(M), np.int64(N)
+        f("key_features")(((M + _THREADS - 1) // _THREADS,), (_THREADS,), (dY, dQ, dK, dV, KF, VF, UF, nM))
+        A, logz = cp.empty((N, self.d_v)), cp.empty(N)
+        g1 = ((N + _THREADS - 1) // _THREADS,)
+        f("forward")(g1, (_THREADS,), (dX, dw, dQ, KF, VF, A, logz, nN, nM))
+        if kind == "forward":
+            return cp.asnumpy(A), cp.asnumpy(logz)
+        if kind == "jacobian":
+            J = cp.empty((N, self.d_v, self.d))
+            f("jacobian")(g1, (_THREADS,), (dX, dw, dQ, KF, VF, UF, A, logz, J, nN, nM))
+            return cp.asnumpy(J)
+        tx, ty = _THREADS_2D
+        g2 = ((N + tx - 1) // tx, (M + ty - 1) // ty)
+        if kind == "lions":
+            out = cp.empty((N, M, self.d_v, self.d))
+            f("lions_derivative")(g2, (tx, ty), (dX, dQ, dK, dV, KF, VF, A, logz, out, nN, nM))
+        else:
+            out = cp.empty((N, M, self.d_v))
+            f("flat_derivative")(g2, (tx, ty), (dX, dQ, KF, VF, A, logz, out, nN, nM))
+        return cp.asnumpy(out)
+
+    # ------------------------------------------------------------------ public API
+    def forward(self, X, Y, Q, K, V, weights=None) -> tuple[np.ndarray, np.ndarray]:
+        """(A (N, d_v), log Z (N,)) with Z(x_i, mu) = sum_j w_j exp(<Q x_i, K y_j>)."""
+        return self._run("forward", X, Y, Q, K, V, weights)
+
+    def attention(self, X, Y, Q, K, V, weights=None) -> np.ndarray:
+        """A(x_i, mu) = sum_j w_j pi_mu(x_i, y_j) V y_j, shape (N, d_v)."""
+        return self.forward(X, Y, Q, K, V, weights)[0]
+
+    def jacobian(self, X, Y, Q, K, V, weights=None) -> np.ndarray:
+        """grad_x A(x_i, mu) = Cov_{pi mu}(V y, Q^T K y), shape (N, d_v, d)."""
+        return self._run("jacobian", X, Y, Q, K, V, weights)
+
+    def lions_derivative(self, X, Y, Q, K, V, weights=None) -> np.ndarray:
+        """d_mu A(x_i, mu)(y_j) = pi_mu(x_i, y_j)[V + (V y_j - A_i)(K^T Q x_i)^T], (N, M, d_v, d)."""
+        return self._run("lions", X, Y, Q, K, V, weights)
+
+    def flat_derivative(self, X, Y, Q, K, V, weights=None) -> np.ndarray:
+        """dA/dmu(x_i, mu)(y_j) = pi_mu(x_i, y_j)(V y_j - A_i), shape (N, M, d_v)."""
+        return self._run("flat", X, Y, Q, K, V, weights)
+
+
+@lru_cache(maxsize=64)
+def attention_kernels(d: int, d_k: int, d_v: int, backend: str = "numpy") -> AttentionKernels:
+    """Cached :class:`AttentionKernels` for (d, d_k, d_v, backend)."""
+    return AttentionKernels(d, d_k, d_v, backend)
+
+
+def multi_head_field(X, Y, Qs, Ks, Vs, Os, weights=None, backend: str = "numpy") -> np.ndarray:
+    """Gamma(x_i, mu, nu^H) = (1/H) sum_h O_h A_h(x_i, mu), shape (N, d).
+
+    Qs, Ks (H, d_k, d); Vs (H, d_v, d); Os (H, d, d_v).  O_h is folded into the value matrix
+    (O_h V_h is d x d), so each head is one call of the generated single-head kernel.
+    """
+    Qs, Ks, Vs, Os = (np.asarray(a, dtype=np.float64) for a in (Qs, Ks, Vs, Os))
+    if not (Qs.ndim == Ks.ndim == Vs.ndim == Os.ndim == 3):
+        raise ValueError("Qs, Ks, Vs, Os must be stacks of matrices (H, rows, cols)")
+    H = Qs.shape[0]
+    if not (Ks.shape[0] == Vs.shape[0] == Os.shape[0] == H) or H == 0:
+        raise ValueError("Qs, Ks, Vs, Os must hold the same positive number of heads")
+    d, d_k = Qs.shape[2], Qs.shape[1]
+    kern = attention_kernels(d, d_k, d, backend)
+    out = np.zeros((np.shape(X)[0], d))
+    for h in range(H):
+        out += kern.attention(X, Y, Qs[h], Ks[h], Os[h] @ Vs[h], weights)
+    return out / H

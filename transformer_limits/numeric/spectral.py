@@ -1,0 +1,339 @@
+"""Covariance spectra and Rényi effective ranks of activation matrices (THEORY.md §3.3–3.4).
+
+Everything is float64 NumPy.  Symbols follow THEORY.md §3:
+
+* activations ``H`` — an ``n × D`` matrix, one row ``h_t ∈ R^D`` per token (n tokens, D features);
+* covariance  ``C = (1/(n−1)) Σ_t (h_t − h̄)(h_t − h̄)^T``  (``D × D``, mean-centred, unbiased);
+* eigenvalues ``λ_1 ≥ … ≥ λ_D`` = ``eigvalsh(C)`` clamped at ``1e-12``;
+* mode weights ``p_i = λ_i / Σ_j λ_j``;
+* Rényi rank ``R_α(p) = exp(H_α(p))``, ``H_α(p) = (1/(1−α)) log Σ_i p_i^α``, with the limits
+  ``R_1 = exp(−Σ p_i log p_i)`` (soft rank), ``R_2 = (Σλ)²/Σλ²`` (hard rank),
+  ``R_∞ = 1/max p_i`` and ``R_0 = #{λ_i > 0}``.
+
+Conventions (explicit, see ``docs/spectral.md``):
+
+* **Spectrum source.** ``source="covariance"`` gives the eigenvalues ``λ_i`` of ``C`` (the paper's
+  metric); ``source="singular"`` gives the singular values ``σ_i`` of the (centred, unless
+  ``center=False``) data matrix.  For a centred matrix ``σ_i² = (n−1) λ_i``, so ranks computed on
+  ``σ`` are *not* the same numbers as ranks on ``λ`` (they weight small modes more heavily).
+* **Centring.** ``center=True`` (default, the paper's choice) subtracts the column mean;
+  ``center=False`` uses the raw second-moment matrix ``(1/(n−ddof)) Σ_t h_t h_t^T``.
+* **Zero modes.** The rank functions are written with the exact formulas.  Eigenvalues at or below
+  ``tol`` (default ``max(1e-12, max λ · len(λ) · ε_machine)``: the clamp value, or the
+  ``numpy.linalg.matrix_rank`` rounding rule when larger) count as exact zeros, so ``R_0`` counts
+  only the resolved modes and ``R_α`` is continuous as ``α → 0``.  The authors' code adds ``1e-12`` inside logs/denominators
+  instead; the two differ by ``O(1e-12)`` relative on real spectra.
+* **Asymmetry.** :func:`spectral_asymmetry` is ``Δ = log(R_1/R_2) ≥ 0`` (project page / blog), not
+  the authors' code's linear ``soft − hard``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Literal, Sequence
+
+import numpy as np
+from scipy.special import logsumexp
+
+__all__ = [
+    "EIGENVALUE_FLOOR",
+    "as_numpy_array",
+    "StreamingCovariance",
+    "covariance_matrix",
+    "covariance_spectrum",
+    "singular_value_spectrum",
+    "spectrum",
+    "renyi_rank",
+    "soft_rank",
+    "hard_rank",
+    "spectral_asymmetry",
+    "reinjection_ratio",
+    "rank_summary",
+]
+
+EIGENVALUE_FLOOR = 1e-12
+SpectrumSource = Literal["covariance", "singular"]
+SPECTRUM_SOURCES = ("covariance", "singular")
+
+
+def as_numpy_array(x: Any, *, name: str = "array", ndim: int | None = None,
+                   allow_empty: bool = False) -> np.ndarray:
+    """Convert ``x`` to a finite float64 :class:`numpy.ndarray`.
+
+    Accepts NumPy arrays, nested sequences, objects with ``__array__``, PyTorch tensors (via
+    ``x.detach().cpu().numpy()``) and CuPy arrays (via ``x.get()``); no framework is imported.
+
+    Raises ``ValueError`` naming ``name`` when the result does not have ``ndim`` dimensions
+    (if given), is empty (unless ``allow_empty``), is not numeric, or holds NaN/Inf.
+    """
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor (any device)
+        x = x.detach().cpu().numpy()
+    elif hasattr(x, "get") and hasattr(x, "__cuda_array_interface__"):
+        x = x.get()  # cupy.ndarray (device) -> host numpy array
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: cannot convert {type(x).__name__} to a float64 array ({exc})") from None
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D array, got shape {arr.shape}")
+    if arr.size == 0 and not allow_empty:
+        raise ValueError(f"{name}: array is empty (shape {arr.shape})")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.count_nonzero(~np.isfinite(arr)))
+        raise ValueError(f"{name}: {bad} non-finite value(s) (NaN or Inf)")
+    return arr
+
+
+class StreamingCovariance:
+    """Streaming, exactly mergeable covariance of ``D``-dimensional rows.
+
+    State after rows ``h_1 … h_n``: count ``n``, mean ``h̄`` (``D``) and scatter matrix
+    ``S = Σ_t (h_t − h̄)(h_t − h̄)^T`` (``D × D``); with ``center=False`` the mean is not tracked
+    and ``S = Σ_t h_t h_t^T``.
+
+    :meth:`merge` pools two accumulators exactly (THEORY.md §3.3): with ``n = n_a + n_b`` and
+    ``h̄ = (n_a h̄_a + n_b h̄_b)/n``,
+
+        ``S = S_a + S_b + n_a (h̄_a − h̄)(h̄_a − h̄)^T + n_b (h̄_b − h̄)(h̄_b − h̄)^T``
+        ``  = S_a + S_b + (n_a n_b / n) δ δ^T``,  ``δ = h̄_b − h̄_a``
+
+    (scatter sums plus the between-shard mean correction), so any split of the rows into batches
+    or shards gives the one-shot result up to rounding.  :meth:`update` merges one batch.
+    """
+
+    def __init__(self, dim: int | None = None, *, center: bool = True) -> None:
+        if dim is not None and (int(dim) != dim or dim < 1):
+            raise ValueError(f"dim must be a positive integer, got {dim!r}")
+        self.center = bool(center)
+        self.dim = None if dim is None else int(dim)
+        self.count = 0
+        self.mean = None if dim is None else np.zeros(self.dim)
+        self.scatter = None if dim is None else np.zeros((self.dim, self.dim))
+
+    def _init_dim(self, dim: int) -> None:
+        if self.dim is None:
+            self.dim = dim
+            self.mean = np.zeros(dim)
+            self.scatter = np.zeros((dim, dim))
+        elif dim != self.dim:
+            raise ValueError(f"batch has {dim} columns but the accumulator has dim={self.dim}")
+
+    def _absorb(self, n_b: int, mean_b: np.ndarray, scatter_b: np.ndarray) -> None:
+        n_a = self.count
+        n = n_a + n_b
+        if self.center:
+            delta = mean_b - self.mean
+            self.scatter += scatter_b + np.outer(delta, delta) * (n_a * n_b / n)
+            self.mean = self.mean + delta * (n_b / n)
+        else:
+            self.scatter += scatter_b
+        self.count = n
+
+    def update(self, batch: Any) -> "StreamingCovariance":
+        """Add the rows of ``batch`` (``n_b × D``; a 1-D array is one row). Returns ``self``."""
+        rows = as_numpy_array(batch, name="batch", allow_empty=True)
+        if rows.ndim == 1:
+            rows = rows[None, :]
+        if rows.ndim != 2:
+            raise ValueError(f"batch: expected an n x D matrix, got shape {rows.shape}")
+        self._init_dim(rows.shape[1])
+        if rows.shape[0] == 0:
+            return self
+        if self.center:
+            mean_b = rows.mean(axis=0)
+            dev = rows - mean_b
+            self._absorb(rows.shape[0], mean_b, dev.T @ dev)
+        else:
+            self._absorb(rows.shape[0], np.zeros(self.dim), rows.T @ rows)
+        return self
+
+    def merge(self, other: "StreamingCovariance") -> "StreamingCovariance":
+        """Pool ``other`` into ``self`` exactly (``other`` is unchanged). Returns ``self``."""
+        if not isinstance(other, StreamingCovariance):
+            raise ValueError(f"other: expected a StreamingCovariance, got {type(other).__name__}")
+        if other.center != self.center:
+            raise ValueError("other: cannot merge a centred and an uncentred accumulator")
+        if other.count == 0:
+            return self
+        self._init_dim(other.dim)
+        self._absorb(other.count, other.mean, other.scatter)
+        return self
+
+    @classmethod
+    def pooled(cls, parts: Iterable["StreamingCovariance"]) -> "StreamingCovariance":
+        """A new accumulator holding all rows of ``parts`` (e.g. one per data-parallel rank)."""
+        parts = list(parts)
+        if not parts:
+            raise ValueError("parts: need at least one accumulator")
+        out = cls(center=parts[0].center)
+        for part in parts:
+            out.merge(part)
+        return out
+
+    def covariance(self, ddof: int | None = None) -> np.ndarray:
+        """``S / (n − ddof)`` (``D × D``).
+
+        ``ddof=None`` means 1 when centred (unbiased ``C`` of THEORY.md §3.3) and 0 when not
+        (the raw second-moment matrix ``(1/n) Σ h h^T``).
+        """
+        if ddof is None:
+            ddof = 1 if self.center else 0
+        if self.count - ddof <= 0:
+            raise ValueError(f"need more than ddof={ddof} rows, have {self.count}")
+        return self.scatter / (self.count - ddof)
+
+
+def _activations(x: Any) -> np.ndarray:
+    return as_numpy_array(x, name="activations", ndim=2)
+
+
+def covariance_matrix(activations: Any, *, center: bool = True, ddof: int | None = None) -> np.ndarray:
+    """Covariance ``C`` (``D × D``) of an ``n × D`` activation matrix (see :class:`StreamingCovariance`)."""
+    return StreamingCovariance(center=center).update(_activations(activations)).covariance(ddof)
+
+
+def _check_source(source: str) -> None:
+    if source not in SPECTRUM_SOURCES:
+        raise ValueError(f"source must be one of {SPECTRUM_SOURCES}, got {source!r}")
+
+
+def covariance_spectrum(data: Any, *, center: bool = True, ddof: int | None = None,
+                        input: Literal["activations", "covariance"] = "activations") -> np.ndarray:
+    """Eigenvalues ``λ_1 ≥ … ≥ λ_D`` of ``C``, clamped at ``1e-12`` (THEORY.md §3.3).
+
+    ``data`` is an ``n × D`` activation matrix (``input="activations"``), a symmetric ``D × D``
+    covariance (``input="covariance"``) or a :class:`StreamingCovariance`.  Returns shape ``(D,)``.
+    """
+    if isinstance(data, StreamingCovariance):
+        cov = data.covariance(ddof)
+    elif input == "activations":
+        cov = covariance_matrix(data, center=center, ddof=ddof)
+    elif input == "covariance":
+        cov = as_numpy_array(data, name="covariance", ndim=2)
+        if cov.shape[0] != cov.shape[1]:
+            raise ValueError(f"covariance: expected a square matrix, got shape {cov.shape}")
+    else:
+        raise ValueError(f"input must be 'activations' or 'covariance', got {input!r}")
+    lam = np.linalg.eigvalsh(cov)
+    return np.maximum(lam, EIGENVALUE_FLOOR)[::-1].copy()
+
+
+def singular_value_spectrum(activations: Any, *, center: bool = True) -> np.ndarray:
+    """Singular values ``σ_1 ≥ … ≥ σ_k`` (``k = min(n, D)``) of the (centred) ``n × D`` matrix.
+
+    For a centred matrix ``σ_i² = (n−1) λ_i``; ranks on ``σ`` weight modes by ``σ``, not ``σ²``.
+    """
+    h = _activations(activations)
+    if center:
+        h = h - h.mean(axis=0)
+    return np.linalg.svd(h, compute_uv=False)
+
+
+def spectrum(activations: Any, *, source: SpectrumSource = "covariance", center: bool = True) -> np.ndarray:
+    """Descending spectrum of an ``n × D`` matrix: covariance eigenvalues or singular values."""
+    _check_source(source)
+    if source == "covariance":
+        return covariance_spectrum(activations, center=center)
+    return singular_value_spectrum(activations, center=center)
+
+
+def _mode_log_weights(eigenvalues: Any, tol: float | None) -> np.ndarray:
+    """``log p_i`` over the modes above ``tol`` (the rest are exact zeros)."""
+    lam = as_numpy_array(eigenvalues, name="eigenvalues").reshape(-1)
+    top = float(lam.max())
+    if tol is None:
+        tol = max(EIGENVALUE_FLOOR, top * lam.size * np.finfo(np.float64).eps)
+    if tol < 0:
+        raise ValueError(f"tol must be non-negative, got {tol}")
+    if float(lam.min()) < -tol:
+        raise ValueError(f"eigenvalues: negative value {float(lam.min()):.3e} (spectra are non-negative)")
+    kept = lam[lam > tol]
+    if kept.size == 0:
+        raise ValueError(f"eigenvalues: no eigenvalue above tol={tol:.3g} (rank undefined for a zero spectrum)")
+    return np.log(kept) - np.log(kept.sum())
+
+
+def _check_alpha(alpha: float) -> float:
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        raise ValueError(f"alpha must be a number in [0, inf], got {alpha!r}") from None
+    if np.isnan(a) or a < 0:
+        raise ValueError(f"alpha must be in [0, inf], got {alpha!r}")
+    return a
+
+
+def renyi_rank(eigenvalues: Any, alpha: float, *, tol: float | None = None) -> float:
+    """Rényi effective rank ``R_α = exp( (1/(1−α)) log Σ_i p_i^α )``, ``p_i = λ_i/Σλ``.
+
+    ``eigenvalues``: 1-D non-negative spectrum (any order); entries ``≤ tol`` are zeros (default
+    ``max(1e-12, max λ · len(λ) · ε)``).  ``alpha`` in ``[0, ∞]``: ``α = 0`` → number of modes above ``tol``; ``α = 1`` → ``exp(−Σ p log p)``;
+    ``α = ∞`` → ``1/max p``.  ``1 ≤ R_α ≤ #modes`` and ``R_α`` is non-increasing in ``α``.
+    Near ``α = 1`` the log-moment is evaluated as ``log1p(Σ p_i expm1((α−1) log p_i))`` to avoid
+    cancellation; elsewhere with ``logsumexp``.
+    """
+    a = _check_alpha(alpha)
+    logp = _mode_log_weights(eigenvalues, tol)
+    if a == 0.0:
+        return float(logp.size)
+    if np.isinf(a):
+        return float(np.exp(-logp.max()))
+    t = a - 1.0
+    if t == 0.0:
+        return float(np.exp(-np.sum(np.exp(logp) * logp)))
+    if abs(t) < 0.5:
+        # log Σ p^α = log(1 + Σ p (p^{α−1} − 1)); |t log p| ≤ 0.5·745 cannot overflow
+        log_moment = np.log1p(np.sum(np.exp(logp) * np.expm1(t * logp)))
+    else:
+        log_moment = logsumexp(a * logp)
+    return float(np.exp(-log_moment / t))
+
+
+def soft_rank(eigenvalues: Any, *, tol: float | None = None) -> float:
+    """Soft rank ``R_1 = exp(−Σ_i p_i log p_i)`` (Shannon effective rank)."""
+    return renyi_rank(eigenvalues, 1.0, tol=tol)
+
+
+def hard_rank(eigenvalues: Any, *, tol: float | None = None) -> float:
+    """Hard rank ``R_2 = 1/Σ p_i² = (Σλ_i)²/Σλ_i²`` (participation ratio)."""
+    return renyi_rank(eigenvalues, 2.0, tol=tol)
+
+
+def spectral_asymmetry(eigenvalues: Any, *, tol: float | None = None) -> float:
+    """Pointwise asymmetry ``Δ = log R_1 − log R_2 = log(R_1/R_2) ≥ 0``."""
+    return float(np.log(soft_rank(eigenvalues, tol=tol)) - np.log(hard_rank(eigenvalues, tol=tol)))
+
+
+def reinjection_ratio(pre: Any, post: Any, alpha: float, *, tol: float | None = None) -> float:
+    """Nonlinear reinjection ratio ``ρ_α = R_α(post) / R_α(pre)`` (THEORY.md §3.4, App. C).
+
+    ``pre``/``post``: spectra (1-D) of the pre- and post-activation covariance of the same layer.
+    """
+    return renyi_rank(post, alpha, tol=tol) / renyi_rank(pre, alpha, tol=tol)
+
+
+def rank_summary(activations: Any, *, alphas: Sequence[float] = (0.0, 1.0, 2.0, float("inf")),
+                 source: SpectrumSource = "covariance", center: bool = True) -> dict:
+    """Ranks of one ``n × D`` activation matrix: ``R_α`` per ``α``, soft, hard, asymmetry.
+
+    Returns a JSON-ready dict (``α = ∞`` is keyed ``"inf"``).
+    """
+    h = _activations(activations)
+    lam = spectrum(h, source=source, center=center)
+    renyi = {_alpha_key(a): renyi_rank(lam, a) for a in alphas}
+    return {
+        "n": int(h.shape[0]),
+        "dim": int(h.shape[1]),
+        "source": source,
+        "center": bool(center),
+        "renyi": renyi,
+        "soft": soft_rank(lam),
+        "hard": hard_rank(lam),
+        "asymmetry": spectral_asymmetry(lam),
+    }
+
+
+def _alpha_key(alpha: float) -> str:
+    a = _check_alpha(alpha)
+    if np.isinf(a):
+        return "inf"
+    return f"{a:g}"

@@ -1,0 +1,224 @@
+"""SymPy expressions -> readable kernel sources for every backend, cached on disk.
+
+The pipeline (Devito-style): a derivation yields scalar SymPy expressions; :func:`code_block`
+common-subexpression-eliminates them and prints straight-line statements with one of the printers
+below; backend *loop templates* (e.g. :mod:`transformer_limits.symbolic.attention_kernels`) place
+those blocks inside loops; :func:`write_kernel_source` stores the finished source as a real file in
+the cache folder, keyed by a hash of (expressions, printer, template, versions), so that
+``numba.njit(cache=True)`` finds its compiled artifacts again in the next process and a person can
+open the file.
+
+Printers (lessons from SymPy's issue tracker):
+
+* ``numpy``  — vectorised NumPy. ``Piecewise`` -> nested ``numpy.where``, ``Max``/``Min`` ->
+  ``numpy.maximum``/``numpy.minimum`` (never ``numpy.select``, which Numba cannot compile).
+* ``scalar`` — plain Python on floats with :mod:`math` functions, for ``numba.njit`` and
+  ``numba.cuda.jit``. ``Piecewise`` -> conditional expressions, ``Max`` -> ``max``.
+* ``c``      — C99 (``double``) for CUDA C / CuPy. ``Piecewise`` -> ``?:``, ``Max`` -> ``fmax``.
+
+``Heaviside`` is rewritten as a ``Piecewise`` (with SymPy's ``H(0) = 1/2`` unless given) before
+printing, so ReLU and its derivative work on every backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import sympy as sp
+from sympy.printing.c import C99CodePrinter
+from sympy.printing.numpy import NumPyPrinter
+from sympy.printing.pycode import PythonCodePrinter
+
+from transformer_limits.kernel_cache import cache_dir, versions_tag
+
+__all__ = [
+    "PRINTERS",
+    "CodeBlock",
+    "cache_dir",
+    "code_block",
+    "indent",
+    "print_expr",
+    "source_key",
+]
+
+
+# --------------------------------------------------------------------------- printers
+def _prepare(expr: sp.Expr) -> sp.Expr:
+    """Rewrite constructs that some targets cannot print (Heaviside -> Piecewise)."""
+    if expr.has(sp.Heaviside):
+        expr = expr.replace(
+            lambda e: isinstance(e, sp.Heaviside),
+            lambda e: sp.Piecewise(
+                (sp.Integer(0), e.args[0] < 0),
+                (e.args[1] if len(e.args) > 1 else sp.Rational(1, 2), sp.Eq(e.args[0], 0)),
+                (sp.Integer(1), True),
+            ),
+        )
+    return expr
+
+
+class _ScalarPrinter(PythonCodePrinter):
+    """Python on float scalars; safe inside ``numba.njit`` and ``numba.cuda.jit`` kernels."""
+
+    def _print_Max(self, expr):
+        args = [self._print(a) for a in expr.args]
+        out = args[0]
+        for a in args[1:]:
+            out = f"max({out}, {a})"
+        return out
+
+    def _print_Min(self, expr):
+        args = [self._print(a) for a in expr.args]
+        out = args[0]
+        for a in args[1:]:
+            out = f"min({out}, {a})"
+        return out
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+    def _print_Rational(self, expr):
+        return f"{float(expr)!r}" if expr.q != 1 else f"{float(expr.p)!r}"
+
+    def _print_Integer(self, expr):
+        return f"{float(expr)!r}"
+
+    def _print_Pow(self, expr, rational=False):
+        base, exp = expr.args
+        if exp == 2:  # x**2 -> x*x: exact, and avoids pow() in CUDA
+            b = self.parenthesize(base, sp.printing.precedence.PRECEDENCE["Mul"])
+            return f"{b}*{b}"
+        if exp == -1:
+            return f"1.0/{self.parenthesize(base, sp.printing.precedence.PRECEDENCE['Pow'])}"
+        return super()._print_Pow(expr, rational=rational)
+
+
+class _NumpyPrinter(NumPyPrinter):
+    """Vectorised NumPy with ``numpy.where`` for Piecewise (no ``numpy.select``)."""
+
+    def _print_Piecewise(self, expr):
+        *pairs, last = expr.args
+        if last.cond != sp.true:
+            raise ValueError("Piecewise without a default (True) branch cannot be printed")
+        out = self._print(last.expr)
+        for e, c in reversed(pairs):
+            out = f"numpy.where({self._print(c)}, {self._print(e)}, {out})"
+        return out
+
+    def _print_Max(self, expr):
+        args = [self._print(a) for a in expr.args]
+        out = args[0]
+        for a in args[1:]:
+            out = f"numpy.maximum({out}, {a})"
+        return out
+
+    def _print_Min(self, expr):
+        args = [self._print(a) for a in expr.args]
+        out = args[0]
+        for a in args[1:]:
+            out = f"numpy.minimum({out}, {a})"
+        return out
+
+    def _print_Integer(self, expr):
+        return f"{float(expr)!r}"
+
+    def _print_Rational(self, expr):
+        return f"{float(expr)!r}"
+
+    def _print_Pow(self, expr, rational=False):
+        base, exp = expr.args
+        if exp == 2:
+            b = self.parenthesize(base, sp.printing.precedence.PRECEDENCE["Mul"])
+            return f"{b}*{b}"
+        return super()._print_Pow(expr, rational=rational)
+
+
+class _CPrinter(C99CodePrinter):
+    """C99 double-precision code for CUDA C."""
+
+    def _print_Max(self, expr):
+        args = [self._print(a) for a in expr.args]
+        out = args[0]
+        for a in args[1:]:
+            out = f"fmax({out}, {a})"
+        return out
+
+    def _print_Min(self, expr):
+        args = [self._print(a) for a in expr.args]
+        out = args[0]
+        for a in args[1:]:
+            out = f"fmin({out}, {a})"
+        return out
+
+    def _print_Integer(self, expr):
+        return f"{float(expr)!r}"
+
+
+PRINTERS = {
+    "numpy": _NumpyPrinter({"fully_qualified_modules": True}),
+    "scalar": _ScalarPrinter({"fully_qualified_modules": True}),
+    "c": _CPrinter(),
+}
+
+
+def print_expr(expr: sp.Expr, printer: str) -> str:
+    """Print one scalar expression with the named printer (``numpy``, ``scalar`` or ``c``)."""
+    try:
+        p = PRINTERS[printer]
+    except KeyError:
+        raise ValueError(f"unknown printer {printer!r} (known: {', '.join(PRINTERS)})") from None
+    return p.doprint(_prepare(sp.sympify(expr)))
+
+
+# --------------------------------------------------------------------------- code blocks
+@dataclass(frozen=True)
+class CodeBlock:
+    """CSE'd straight-line code computing named scalar outputs from scalar input symbols.
+
+    ``temporaries`` are ``(name, expression)`` pairs in evaluation order; ``outputs`` map each
+    output name to its (reduced) expression.  :meth:`lines` prints them for one printer.
+    """
+
+    temporaries: tuple[tuple[str, sp.Expr], ...]
+    outputs: tuple[tuple[str, sp.Expr], ...]
+
+    def lines(self, printer: str, *, declare: str = "") -> list[str]:
+        """Statements ``name = expr`` (``declare`` e.g. ``"const double "`` for C, with ``;``)."""
+        end = ";" if printer == "c" else ""
+        out = [f"{declare}{n} = {print_expr(e, printer)}{end}" for n, e in self.temporaries]
+        out += [f"{declare}{n} = {print_expr(e, printer)}{end}" for n, e in self.outputs]
+        return out
+
+    def fingerprint(self) -> str:
+        return sp.srepr((tuple(self.temporaries), tuple(self.outputs)))
+
+
+def code_block(outputs: Mapping[str, sp.Expr], *, prefix: str = "t") -> CodeBlock:
+    """Common-subexpression-eliminate ``outputs`` (name -> scalar expression).
+
+    Temporaries are named ``_{prefix}{k}`` so that several blocks can share one scope.
+    """
+    names = list(outputs)
+    exprs = [_prepare(sp.sympify(outputs[n])) for n in names]
+    temps, reduced = sp.cse(exprs, symbols=sp.numbered_symbols(f"_{prefix}"), order="canonical")
+    return CodeBlock(
+        temporaries=tuple((str(s), e) for s, e in temps),
+        outputs=tuple(zip(names, reduced)),
+    )
+
+
+def indent(lines: Iterable[str], level: int) -> str:
+    pad = " " * (4 * level)
+    return "\n".join(pad + line for line in lines)
+
+
+# --------------------------------------------------------------------------- cache keys
+def source_key(fingerprints: Sequence[str], printer: str, template: str) -> str:
+    """Hash of (expressions, printer, template text, versions): names the cached source file."""
+    h = hashlib.sha256()
+    for part in (*fingerprints, printer, template, versions_tag()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]

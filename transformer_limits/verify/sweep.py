@@ -1,0 +1,893 @@
+"""Parameter sweeps: grid specs, deterministic per-point seeds, a resumable SQLite store, executors.
+
+A sweep evaluates a function ``fn(point) -> dict`` on every point of a grid (e.g. depth ``L``, heads
+``H``, tokens ``N``, replicate seeds) and stores each point's JSON result in an embedded SQLite
+database, so an interrupted sweep resumes where it stopped and a grown grid runs only its new
+points.
+The format, the seed rule, the store schema and the resume semantics are documented in
+``docs/sweeps.md``.
+
+Quick use::
+
+    >>> grid = load_grid({"grid": {"L": [4, 8], "seed": {"count": 2, "base": 1234}}})
+    >>> len(grid), sorted(grid.points()[0])
+    (4, ['L', 'seed', 'seed_index'])
+
+    result = run_sweep(fn, grid, "runs.sqlite", experiment="depth-scaling", config={"version": 1})
+    result.groupby("loss", by="L")  # {4: array([...two seeds...]), 8: array([...])}
+
+Seeds: a seed axis ``name = {count = R, base = B}`` adds ``name_index`` in ``0..R-1`` to the point
+and ``name`` = :func:`derive_seed` ``(B, params, name)``, a 63-bit integer from a
+:class:`numpy.random.SeedSequence` keyed by ``B`` and a SHA-256 digest of the point's other
+parameters, so a point's seed never depends on the grid order or on which other points exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import pickle
+import socket
+import sqlite3
+import sys
+import time
+import tomllib
+import traceback
+import warnings
+from contextlib import contextmanager
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "Factor",
+    "Grid",
+    "GridPoint",
+    "PointRecord",
+    "SweepError",
+    "SweepResult",
+    "SweepStore",
+    "canonical_json",
+    "config_hash",
+    "derive_seed",
+    "load_grid",
+    "load_sweep",
+    "run_sweep",
+]
+
+SECTIONS = ("grid", "zip", "fixed")
+SEED_TABLE_KEYS = frozenset({"count", "base"})
+STORE_SCHEMA_VERSION = 1
+
+
+# ------------------------------------------------------------------------------------------------
+# canonical JSON and hashes
+# ------------------------------------------------------------------------------------------------
+
+
+def _to_jsonable(value: Any) -> Any:
+    """``json.dumps`` hook: NumPy scalars and arrays become Python numbers and lists."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON text (sorted keys, no spaces, NumPy values as Python numbers).
+
+    Equal values give equal text across runs, processes and machines (floats are written with
+    ``repr``, which round-trips exactly), which makes the text usable as a key and a hash input.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_to_jsonable)
+
+
+def _sha256_hex(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def config_hash(config: Mapping[str, Any] | None) -> str:
+    """16 hex digits of SHA-256 of the canonical JSON of ``config`` (``None`` counts as ``{}``)."""
+    if config is None:
+        config = {}
+    if not isinstance(config, Mapping):
+        raise ValueError(f"config must be a mapping of JSON values, got {type(config).__name__}")
+    try:
+        return _sha256_hex(dict(config))[:16]
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"config must be JSON-serialisable: {exc}") from None
+
+
+def derive_seed(base: int, params: Mapping[str, Any], name: str = "seed") -> int:
+    """Seed of one point: a 63-bit integer determined by ``(base, name, params)`` only.
+
+    ``params`` are the point's parameters without derived seeds (fixed constants, grid values and
+    seed indices). The SHA-256 digest of ``canonical_json({"name": name, "params": params})`` gives
+    eight 32-bit words used as the ``spawn_key`` of ``numpy.random.SeedSequence(base)``; the first
+    64-bit word of its state, shifted right by one bit, is the seed. Python's ``hash()`` (salted
+    per process) is never used, so the seed is the same in every process and on every machine.
+    """
+    text = canonical_json({"name": name, "params": dict(params)})
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    words = tuple(int(w) for w in np.frombuffer(digest, dtype="<u4"))
+    state = np.random.SeedSequence(entropy=int(base), spawn_key=words).generate_state(1, np.uint64)
+    return int(state[0]) >> 1
+
+
+# ------------------------------------------------------------------------------------------------
+# grid specification
+# ------------------------------------------------------------------------------------------------
+
+
+def _check_value(where: str, value: Any) -> Any:
+    """Validate one parameter value (JSON scalar or list/dict of them); return plain Python."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or isinstance(value, (int, str)) or value is None:
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            raise ValueError(f"{where}: NaN is not a valid parameter value")
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_check_value(f"{where}[{i}]", v) for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"{where}: keys must be strings, got {k!r}")
+            out[k] = _check_value(f"{where}.{k}", v)
+        return out
+    raise ValueError(f"{where}: unsupported value {value!r} of type {type(value).__name__}")
+
+
+def _check_values_list(where: str, values: Any) -> list[Any]:
+    """A non-empty list of distinct parameter values."""
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(
+            f"{where}: expected a non-empty list of values, got {type(values).__name__} {values!r}"
+        )
+    if len(values) == 0:
+        raise ValueError(f"{where}: empty list (a grid axis needs at least one value)")
+    out = [_check_value(f"{where}[{i}]", v) for i, v in enumerate(values)]
+    seen: set[str] = set()
+    for v in out:
+        text = canonical_json(v)
+        if text in seen:
+            raise ValueError(f"{where}: duplicate value {v!r}")
+        seen.add(text)
+    return out
+
+
+def _check_name(where: str, name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{where}: parameter names must be non-empty strings, got {name!r}")
+    return name
+
+
+def _check_int(where: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{where}: expected an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Factor:
+    """One independent direction of the cartesian product.
+
+    ``names`` are the point parameters it sets and ``rows`` their joint values: a plain axis has one
+    name, a zip group several names moving together, a seed axis the single name
+    ``f"{seed_name}_index"`` with rows ``(0,), (1,), ...`` and the derived seed stored under
+    ``seed_name`` (drawn from ``seed_base``).
+    """
+
+    names: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    seed_name: str | None = None
+    seed_base: int | None = None
+    zip_group: str | None = None
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One expanded grid point: position ``index`` in the grid, store ``key`` and ``params``.
+
+    ``key`` is :func:`canonical_json` of the parameters without derived seeds; ``params`` (what the
+    sweep function receives) adds the derived seeds.
+    """
+
+    index: int
+    key: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A validated sweep grid: ``fixed`` constants and ordered ``factors`` (see :func:`load_grid`).
+
+    Points are the cartesian product of the factors in declaration order, the last factor varying
+    fastest (like :func:`itertools.product`).
+    """
+
+    factors: tuple[Factor, ...]
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return math.prod(len(f.rows) for f in self.factors)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every parameter name a point carries: fixed, factor names, then derived seed names."""
+        seeds = tuple(f.seed_name for f in self.factors if f.seed_name is not None)
+        return tuple(self.fixed) + tuple(n for f in self.factors for n in f.names) + seeds
+
+    def expand(self) -> list[GridPoint]:
+        """All points in grid order, each with its store key and derived seeds."""
+        seeds = [f for f in self.factors if f.seed_name is not None]
+        out: list[GridPoint] = []
+        for index, combo in enumerate(itertools.product(*(f.rows for f in self.factors))):
+            base = dict(self.fixed)
+            for factor, row in zip(self.factors, combo):
+                base.update(zip(factor.names, row))
+            params = dict(base)
+            for f in seeds:
+                params[f.seed_name] = derive_seed(f.seed_base, base, f.seed_name)
+            out.append(GridPoint(index=index, key=canonical_json(base), params=params))
+        return out
+
+    def points(self) -> list[dict[str, Any]]:
+        """The parameter dicts (what the sweep function receives), in grid order."""
+        return [p.params for p in self.expand()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as a dict; for a grid from :func:`load_grid`, ``load_grid`` of it is equal."""
+        grid: dict[str, Any] = {}
+        zips: dict[str, Any] = {}
+        for i, f in enumerate(self.factors):
+            if f.seed_name is not None:
+                grid[f.seed_name] = {"count": len(f.rows), "base": f.seed_base}
+            elif f.zip_group is None and len(f.names) == 1:
+                grid[f.names[0]] = [r[0] for r in f.rows]
+            else:
+                group = f.zip_group or f"zip{i}"
+                zips[group] = {n: [r[j] for r in f.rows] for j, n in enumerate(f.names)}
+        out: dict[str, Any] = {"grid": grid}
+        if zips:
+            out["zip"] = zips
+        if self.fixed:
+            out["fixed"] = dict(self.fixed)
+        return out
+
+
+def _read_spec(spec: str | os.PathLike | Mapping[str, Any]) -> Mapping[str, Any]:
+    if isinstance(spec, Mapping):
+        return spec
+    if not isinstance(spec, (str, os.PathLike)):
+        raise ValueError(
+            f"grid must be a mapping, a Grid or a TOML path, got {type(spec).__name__}"
+        )
+    path = Path(spec)
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"grid file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"grid file {str(path)!r} is not valid TOML: {exc}") from None
+
+
+def load_grid(spec: str | os.PathLike | Mapping[str, Any] | Grid) -> Grid:
+    """Validate a grid spec (a dict, a TOML file path, or a :class:`Grid`) and build the grid.
+
+    Spec (TOML shown; a dict has the same nesting)::
+
+        [grid]                     # cartesian axes, in this order (last varies fastest)
+        L = [4, 8, 16]
+        H = [1, 4]
+        seed = {count = 8, base = 1234}   # seed axis: seed_index = 0..7, seed = derive_seed(...)
+
+        [zip.shape]                # a zip group: equal-length lists moving together, one factor
+        N = [64, 128]
+        d = [8, 16]
+
+        [fixed]                    # constants added to every point
+        dt = 0.01
+
+    Zip groups follow the ``[grid]`` axes in the product order. Raises ``ValueError`` naming the
+    key for an unknown section, an empty list, a non-list axis, a bad seed table, unequal zip
+    lengths, a duplicate value, or a parameter name used twice.
+    """
+    if isinstance(spec, Grid):
+        return spec
+    raw = _read_spec(spec)
+    for section in raw:
+        if section not in SECTIONS:
+            raise ValueError(
+                f"unknown grid section {section!r} (expected one of: {', '.join(SECTIONS)})"
+            )
+    for section in SECTIONS:
+        if section in raw and not isinstance(raw[section], Mapping):
+            raise ValueError(f"{section}: expected a table of parameters, got {raw[section]!r}")
+    taken: dict[str, str] = {}
+
+    def claim(where: str, name: Any) -> str:
+        name = _check_name(where, name)
+        if name in taken:
+            raise ValueError(f"{where}: parameter {name!r} is already defined by {taken[name]}")
+        taken[name] = where
+        return name
+
+    fixed = {claim(f"fixed.{k}", k): _check_value(f"fixed.{k}", v)
+             for k, v in raw.get("fixed", {}).items()}
+    factors: list[Factor] = []
+    for key, values in raw.get("grid", {}).items():
+        where = f"grid.{key}"
+        if isinstance(values, Mapping):
+            unknown = set(values) - SEED_TABLE_KEYS
+            if unknown or set(values) != SEED_TABLE_KEYS:
+                raise ValueError(
+                    f"{where}: a seed axis is {{count = R, base = B}}, got keys {sorted(values)}"
+                )
+            count = _check_int(f"{where}.count", values["count"], 1)
+            base = _check_int(f"{where}.base", values["base"], 0)
+            index_name = claim(where, f"{_check_name(where, key)}_index")
+            factors.append(Factor((index_name,), tuple((i,) for i in range(count)),
+                                  seed_name=claim(where, key), seed_base=base))
+        else:
+            name = claim(where, key)
+            factors.append(Factor((name,), tuple((v,) for v in _check_values_list(where, values))))
+    for group, table in raw.get("zip", {}).items():
+        where = f"zip.{group}"
+        if not isinstance(table, Mapping) or not table:
+            raise ValueError(f"{where}: expected a non-empty table of equal-length lists")
+        columns = {claim(f"{where}.{k}", k): _check_values_list(f"{where}.{k}", v)
+                   for k, v in table.items()}
+        lengths = {k: len(v) for k, v in columns.items()}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"{where}: zipped lists must have equal lengths, got {lengths}")
+        rows = tuple(zip(*columns.values()))
+        if len({canonical_json(r) for r in rows}) != len(rows):
+            raise ValueError(f"{where}: duplicate rows")
+        factors.append(Factor(tuple(columns), rows, zip_group=str(group)))
+    if not factors and not fixed:
+        raise ValueError("grid: the spec defines no parameters ([grid], [zip] or [fixed])")
+    return Grid(factors=tuple(factors), fixed=fixed)
+
+
+# ------------------------------------------------------------------------------------------------
+# results store
+# ------------------------------------------------------------------------------------------------
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sweep_points (
+    experiment   TEXT    NOT NULL,
+    config_hash  TEXT    NOT NULL,
+    point_key    TEXT    NOT NULL,
+    params       TEXT    NOT NULL,
+    status       TEXT    NOT NULL CHECK (status IN ('ok', 'error')),
+    result       TEXT,
+    error        TEXT,
+    started_at   REAL    NOT NULL,
+    finished_at  REAL    NOT NULL,
+    elapsed_s    REAL    NOT NULL,
+    worker       TEXT    NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (experiment, config_hash, point_key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sweep_configs (
+    experiment   TEXT NOT NULL,
+    config_hash  TEXT NOT NULL,
+    config       TEXT NOT NULL,
+    function     TEXT NOT NULL,
+    created_at   REAL NOT NULL,
+    PRIMARY KEY (experiment, config_hash)
+) WITHOUT ROWID;
+"""
+
+_COLUMNS = ("point_key", "params", "status", "result", "error", "started_at", "finished_at",
+            "elapsed_s", "worker", "attempts")
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a worker sends back for one point (JSON text, never live objects)."""
+
+    status: str
+    result: str | None
+    error: str | None
+    started_at: float
+    finished_at: float
+    elapsed_s: float
+    worker: str
+
+
+@dataclass(frozen=True)
+class PointRecord:
+    """One point of a sweep as stored: ``status`` is ``"ok"``, ``"error"`` or ``"pending"``."""
+
+    index: int
+    key: str
+    params: dict[str, Any]
+    status: str
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    elapsed_s: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    worker: str | None = None
+    attempts: int = 0
+
+
+class SweepStore:
+    """SQLite results store (WAL mode); one row per (experiment, config hash, point key).
+
+    Every write is its own transaction, so a killed process leaves only whole rows. Only the
+    process that owns the sweep writes; workers return JSON text to it. Usable as a context manager.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, timeout: float = 30.0):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, STORE_SCHEMA_VERSION):
+            self._conn.close()
+            raise ValueError(
+                f"store {str(self.path)!r} has schema version {version}, "
+                f"this code reads version {STORE_SCHEMA_VERSION}"
+            )
+        with self.transaction():
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._conn.execute(statement)
+            self._conn.execute(f"PRAGMA user_version = {STORE_SCHEMA_VERSION}")
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` when the block raises."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "SweepStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- writes -----------------------------------------------------------------------------------
+    def register_config(self, experiment: str, config: Mapping[str, Any] | None,
+                        function: str = "") -> str:
+        """Record ``config`` under its hash (first registration wins); return the hash."""
+        chash = config_hash(config)
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO sweep_configs VALUES (?, ?, ?, ?, ?)",
+                (experiment, chash, canonical_json(dict(config or {})), function, time.time()),
+            )
+        return chash
+
+    def write(self, experiment: str, chash: str, point: GridPoint, outcome: _Outcome) -> None:
+        """Insert or replace one point's outcome atomically (``attempts`` counts the writes)."""
+        with self.transaction() as conn:
+            conn.execute(
+                """INSERT INTO sweep_points VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
+                   ON CONFLICT (experiment, config_hash, point_key) DO UPDATE SET
+                     params = excluded.params, status = excluded.status,
+                     result = excluded.result, error = excluded.error,
+                     started_at = excluded.started_at, finished_at = excluded.finished_at,
+                     elapsed_s = excluded.elapsed_s, worker = excluded.worker,
+                     attempts = sweep_points.attempts + 1""",
+                (experiment, chash, point.key, canonical_json(point.params), outcome.status,
+                 outcome.result, outcome.error, outcome.started_at, outcome.finished_at,
+                 outcome.elapsed_s, outcome.worker),
+            )
+
+    # -- reads ------------------------------------------------------------------------------------
+    def statuses(self, experiment: str, chash: str) -> dict[str, str]:
+        """``{point_key: status}`` of the stored points of one experiment and config."""
+        rows = self._conn.execute(
+            "SELECT point_key, status FROM sweep_points WHERE experiment = ? AND config_hash = ?",
+            (experiment, chash),
+        )
+        return dict(rows.fetchall())
+
+    def rows(self, experiment: str, chash: str) -> dict[str, dict[str, Any]]:
+        """``{point_key: row}`` with ``params``/``result`` decoded from JSON."""
+        cur = self._conn.execute(
+            f"SELECT {', '.join(_COLUMNS)} FROM sweep_points "
+            "WHERE experiment = ? AND config_hash = ?",
+            (experiment, chash),
+        )
+        out = {}
+        for values in cur.fetchall():
+            row = dict(zip(_COLUMNS, values))
+            row["params"] = json.loads(row["params"])
+            row["result"] = None if row["result"] is None else json.loads(row["result"])
+            out[row["point_key"]] = row
+        return out
+
+    def experiments(self) -> list[dict[str, Any]]:
+        """Registered (experiment, config hash, config, function) with their point counts."""
+        cur = self._conn.execute(
+            """SELECT c.experiment, c.config_hash, c.config, c.function,
+                      SUM(p.status = 'ok'), SUM(p.status = 'error')
+               FROM sweep_configs c LEFT JOIN sweep_points p
+                 ON p.experiment = c.experiment AND p.config_hash = c.config_hash
+               GROUP BY c.experiment, c.config_hash ORDER BY c.created_at"""
+        )
+        return [
+            {"experiment": e, "config_hash": h, "config": json.loads(c), "function": f,
+             "n_ok": int(ok or 0), "n_error": int(err or 0)}
+            for e, h, c, f, ok, err in cur.fetchall()
+        ]
+
+    def records(self, experiment: str, chash: str, grid: Grid) -> list[PointRecord]:
+        """One :class:`PointRecord` per grid point, in grid order (``"pending"`` if not stored)."""
+        stored = self.rows(experiment, chash)
+        out = []
+        for p in grid.expand():
+            row = stored.get(p.key)
+            if row is None:
+                out.append(PointRecord(index=p.index, key=p.key, params=p.params, status="pending"))
+                continue
+            out.append(PointRecord(
+                index=p.index, key=p.key, params=row["params"], status=row["status"],
+                result=row["result"], error=row["error"], elapsed_s=row["elapsed_s"],
+                started_at=row["started_at"], finished_at=row["finished_at"],
+                worker=row["worker"], attempts=row["attempts"],
+            ))
+        return out
+
+
+# ------------------------------------------------------------------------------------------------
+# results
+# ------------------------------------------------------------------------------------------------
+
+
+class SweepError(RuntimeError):
+    """Raised after a sweep in which points failed; ``.result`` holds everything stored."""
+
+    def __init__(self, message: str, result: "SweepResult"):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class SweepResult:
+    """Outcome of :func:`run_sweep`: one :class:`PointRecord` per grid point, in grid order.
+
+    ``n_run`` points were evaluated by this call and ``n_skipped`` were already complete in the
+    store. :attr:`table` flattens the completed points into ``{**params, **result}`` rows.
+    """
+
+    experiment: str
+    config_hash: str
+    store_path: Path
+    records: list[PointRecord]
+    n_run: int = 0
+    n_skipped: int = 0
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def table(self) -> list[dict[str, Any]]:
+        """Rows ``{**params, **result}`` of the points with status ``"ok"``, in grid order."""
+        return [{**r.params, **r.result} for r in self.records if r.status == "ok"]
+
+    @property
+    def errors(self) -> list[PointRecord]:
+        """The points whose last attempt raised (``error`` holds the traceback)."""
+        return [r for r in self.records if r.status == "error"]
+
+    @property
+    def complete(self) -> bool:
+        """True when every grid point has status ``"ok"``."""
+        return all(r.status == "ok" for r in self.records)
+
+    def column(self, name: str) -> np.ndarray:
+        """``np.asarray`` of parameter or result ``name`` over :attr:`table` (grid order)."""
+        return np.asarray(self._values(self.table, name))
+
+    def groupby(self, value: str, by: str | Sequence[str]) -> dict[Any, np.ndarray]:
+        """``{group: array of value}`` over :attr:`table`, groups in grid order.
+
+        ``by="L"`` gives scalar keys (``{4: ..., 8: ...}``); ``by=("L", "H")`` gives tuple keys.
+        Inside a group the values keep grid order (e.g. replicate seeds along axis 0).
+        """
+        names = (by,) if isinstance(by, str) else tuple(by)
+        if not names:
+            raise ValueError("by must name at least one parameter")
+        rows = self.table
+        keys = list(zip(*(self._values(rows, n) for n in names))) if rows else []
+        values = self._values(rows, value)
+        groups: dict[Any, list[Any]] = {}
+        for key, v in zip(keys, values):
+            groups.setdefault(key[0] if isinstance(by, str) else key, []).append(v)
+        return {k: np.asarray(v) for k, v in groups.items()}
+
+    @staticmethod
+    def _values(rows: list[dict[str, Any]], name: str) -> list[Any]:
+        missing = sum(name not in r for r in rows)
+        if missing:
+            raise ValueError(f"column {name!r} is missing from {missing} of {len(rows)} rows")
+        return [r[name] for r in rows]
+
+
+# ------------------------------------------------------------------------------------------------
+# execution
+# ------------------------------------------------------------------------------------------------
+
+
+def _execute_point(fn: Callable[[dict[str, Any]], Mapping[str, Any]],
+                   params: dict[str, Any]) -> _Outcome:
+    """Run ``fn`` on one point (in a worker) and encode its result as JSON text."""
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    started = time.time()
+    t0 = time.perf_counter()
+    status, result, error = "ok", None, None
+    try:
+        value = fn(dict(params))
+        if not isinstance(value, Mapping):
+            raise TypeError(f"sweep function must return a dict, got {type(value).__name__}")
+        bad = [k for k in value if not isinstance(k, str)]
+        if bad:
+            raise TypeError(f"result keys must be strings, got {bad!r}")
+        clash = sorted(set(value) & set(params))
+        if clash:
+            raise ValueError(f"result keys {clash} collide with point parameters")
+        result = canonical_json(dict(value))
+    except Exception:
+        status, error = "error", traceback.format_exc()
+    elapsed = time.perf_counter() - t0
+    return _Outcome(status, result, error, started, time.time(), elapsed, worker)
+
+
+class _SerialExecutor(Executor):
+    """Runs each submission at once in this process (``workers=1``)."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # _execute_point catches fn errors; this is a safety net
+            future.set_exception(exc)
+        return future
+
+
+def _check_scheduler(scheduler: Any) -> None:
+    """``scheduler`` must be an address string or a ``distributed.Client``, with dask installed."""
+    if not (isinstance(scheduler, str) and scheduler) and not hasattr(scheduler, "get_executor"):
+        raise ValueError(
+            f"scheduler must be an address string or a distributed.Client, got {scheduler!r}"
+        )
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            "scheduler= needs dask.distributed: pip install 'transformer_limits[distributed]'"
+        ) from None
+
+
+class _DaskExecutor:
+    """``distributed.Client.get_executor`` with ``shutdown(cancel_futures=...)`` semantics."""
+
+    def __init__(self, scheduler: Any):
+        import distributed
+
+        if isinstance(scheduler, str):
+            self._client, self._own = distributed.Client(scheduler), True
+        else:
+            self._client, self._own = scheduler, False
+        self._executor = self._client.get_executor(pure=False)
+        self.capacity = 2 * max(1, sum(self._client.nthreads().values()))
+
+    def submit(self, fn, /, *args):
+        return self._executor.submit(fn, *args)
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        try:
+            self._executor.shutdown(wait=wait and not cancel_futures)
+        finally:
+            if self._own:
+                self._client.close()
+
+
+def _make_executor(workers: int, scheduler: Any, mp_context: Any) -> tuple[Any, int]:
+    """The executor and how many points it may hold in flight."""
+    if scheduler is not None:
+        executor = _DaskExecutor(scheduler)
+        return executor, executor.capacity
+    if workers == 1:
+        return _SerialExecutor(), 1
+    return ProcessPoolExecutor(max_workers=workers, mp_context=mp_context), 2 * workers
+
+
+def _check_picklable(fn: Callable) -> None:
+    try:
+        pickle.dumps(fn)
+    except Exception as exc:
+        raise ValueError(
+            f"fn must be a picklable top-level function for a process pool "
+            f"(or use workers=1): {exc}"
+        ) from None
+
+
+def _future_outcome(future: Future) -> _Outcome:
+    """The worker's outcome, or an error outcome when the executor itself failed the task."""
+    try:
+        return future.result()
+    except Exception:
+        now = time.time()
+        return _Outcome("error", None, traceback.format_exc(), now, now, 0.0, "executor")
+
+
+def _error_summary(experiment: str, errors: list[PointRecord], total: int) -> str:
+    first = errors[0]
+    tail = (first.error or "").strip().splitlines()
+    return (
+        f"{len(errors)} of {total} points failed in sweep {experiment!r}; "
+        f"first failed point {canonical_json(first.params)}:\n" + "\n".join(tail[-15:])
+    )
+
+
+def run_sweep(
+    fn: Callable[[dict[str, Any]], Mapping[str, Any]],
+    grid: str | os.PathLike | Mapping[str, Any] | Grid,
+    store_path: str | os.PathLike,
+    *,
+    experiment: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    workers: int | None = None,
+    scheduler: Any = None,
+    progress: bool = True,
+    on_error: str = "raise",
+    retry_errors: bool = True,
+    mp_context: Any = None,
+) -> SweepResult:
+    """Evaluate ``fn`` on every grid point not yet completed in the store; return all results.
+
+    Parameters
+    ----------
+    fn : picklable top-level function ``fn(point: dict) -> dict`` of JSON-able results (NumPy
+        scalars/arrays allowed; result keys must not repeat parameter names).
+    grid : spec for :func:`load_grid` (dict, TOML path or :class:`Grid`).
+    store_path : SQLite file (created if missing).
+    experiment : store namespace; default ``fn.__name__``.
+    config : JSON-able mapping of everything else that changes results (code version, solver
+        options); its hash is part of the store key, so a new config starts from scratch.
+    workers : processes of the local pool; default ``min(2, os.cpu_count())``; ``1`` runs serially
+        in this process (no pickling). Ignored when ``scheduler`` is given.
+    scheduler : dask.distributed scheduler address (``"tcp://host:8786"``) or a
+        ``distributed.Client``; points then run on that cluster.
+    progress : show a tqdm bar on stderr.
+    on_error : ``"raise"`` stops submitting new points after the first failure and raises
+        :class:`SweepError` once in-flight points are stored; ``"continue"`` evaluates every point,
+        warns with a summary and returns the result (see :attr:`SweepResult.errors`).
+    retry_errors : re-run points stored with status ``"error"`` (default); otherwise keep them.
+    mp_context : ``multiprocessing`` context for the pool (default: the platform's).
+
+    Completed points (status ``"ok"``) are never re-run, so calling again after a crash or a kill
+    resumes the sweep; the parent process alone writes the store, one transaction per point.
+    """
+    if on_error not in ("raise", "continue"):
+        raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if not callable(fn):
+        raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+    grid = load_grid(grid)
+    if experiment is None:
+        experiment = getattr(fn, "__name__", None) or "sweep"
+    if not isinstance(experiment, str) or not experiment:
+        raise ValueError(f"experiment must be a non-empty string, got {experiment!r}")
+    if scheduler is not None:
+        _check_scheduler(scheduler)
+    elif workers > 1:
+        _check_picklable(fn)
+
+    points = grid.expand()
+    function = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    with SweepStore(store_path) as store:
+        chash = store.register_config(experiment, config, function)
+        stored = store.statuses(experiment, chash)
+        keep = {"ok"} if retry_errors else {"ok", "error"}
+        todo = [p for p in points if stored.get(p.key) not in keep]
+        n_run = _drive(fn, todo, store, experiment, chash, workers, scheduler, progress,
+                               on_error, mp_context, total=len(points))
+        result = SweepResult(experiment, chash, Path(store_path),
+                             store.records(experiment, chash, grid),
+                             n_run=n_run, n_skipped=len(points) - len(todo))
+    errors = result.errors
+    if errors:
+        message = _error_summary(experiment, errors, len(points))
+        if on_error == "raise":
+            raise SweepError(message, result)
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return result
+
+
+def load_sweep(
+    store_path: str | os.PathLike,
+    grid: str | os.PathLike | Mapping[str, Any] | Grid,
+    *,
+    experiment: str,
+    config: Mapping[str, Any] | None = None,
+) -> SweepResult:
+    """Read a sweep's stored results without running anything (absent points are ``"pending"``)."""
+    grid = load_grid(grid)
+    if not Path(store_path).is_file():
+        raise ValueError(f"store_path {str(store_path)!r} is not a sweep store file")
+    chash = config_hash(config)
+    with SweepStore(store_path) as store:
+        records = store.records(experiment, chash, grid)
+    return SweepResult(experiment, chash, Path(store_path), records)
+
+
+def _drive(fn, todo: list[GridPoint], store: SweepStore, experiment: str, chash: str,
+           workers: int, scheduler: Any, progress: bool, on_error: str, mp_context: Any,
+           total: int) -> int:
+    """Submit ``todo`` with a bounded number in flight; store each outcome as it arrives."""
+    if not todo:
+        return 0
+    from tqdm import tqdm
+
+    executor, capacity = _make_executor(workers, scheduler, mp_context)
+    queue: Iterator[GridPoint] = iter(todo)
+    pending: dict[Future, GridPoint] = {}
+    n_run = n_failed = 0
+    stop = clean = False
+    bar = None
+    try:
+        def refill() -> None:
+            while not stop and len(pending) < capacity:
+                point = next(queue, None)
+                if point is None:
+                    return
+                pending[executor.submit(_execute_point, fn, point.params)] = point
+
+        refill()  # a fork-started pool forks here, before tqdm starts its monitor thread
+        bar = tqdm(total=total, initial=total - len(todo), desc=experiment, unit="pt",
+                   file=sys.stderr, disable=not progress, dynamic_ncols=True)
+        while pending:
+            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for future in done:
+                point = pending.pop(future)
+                outcome = _future_outcome(future)
+                store.write(experiment, chash, point, outcome)
+                n_run += 1
+                bar.update(1)
+                if outcome.status == "error":
+                    n_failed += 1
+                    bar.set_postfix(errors=n_failed)
+                    stop = stop or on_error == "raise"
+            refill()
+        clean = True
+    finally:
+        if bar is not None:
+            bar.close()
+        executor.shutdown(wait=True, cancel_futures=not clean)
+    return n_run
+
