@@ -24,7 +24,7 @@ from types import ModuleType
 
 from transformer_limits.atomic_write import atomic_write_text
 
-__all__ = ["cache_dir", "versions_tag", "lookup_source", "record_source", "write_source",
+__all__ = ["cache_dir", "versions_tag", "kernel_spec", "lookup_source", "record_source", "write_source",
            "load_python_source", "CODEGEN_VERSION"]
 
 #: bump when a template or printer changes the generated text in a way the keys would not see
@@ -53,6 +53,11 @@ def versions_tag() -> str:
         except PackageNotFoundError:  # pragma: no cover
             parts.append(f"{dist}=none")
     return ";".join(parts)
+
+
+def kernel_spec(family: str, **params: object) -> str:
+    """Canonical spec string of a kernel family instance, e.g. ``attention:d=2:d_k=2:...``."""
+    return ":".join([family] + [f"{k}={params[k]}" for k in sorted(params)])
 
 
 def _index_path(spec: str) -> Path:

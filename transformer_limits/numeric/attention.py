@@ -35,9 +35,8 @@ _THREADS_2D = (16, 16)
 
 def kernel_source_path(d: int, d_k: int, d_v: int, flavour: str) -> Path:
     """Cached source of the attention kernels; generated (SymPy imported) only on a cache miss."""
-    from transformer_limits.symbolic.attention_kernels import attention_kernel_spec  # light import
-
-    path = kernel_cache.lookup_source(attention_kernel_spec(d, d_k, d_v, flavour))
+    spec = kernel_cache.kernel_spec("attention", d=d, d_k=d_k, d_v=d_v, flavour=flavour)
+    path = kernel_cache.lookup_source(spec)
     if path is None:
         from transformer_limits.symbolic.attention_kernels import write_attention_kernel
 

@@ -13,7 +13,7 @@ __all__ = ["attention_reference", "jacobian_reference", "lions_reference", "flat
 
 def _softmax_weights(X, Y, Q, K, w):
     """P[i, j] = w_j pi_mu(x_i, y_j) (rows sum to one) and p[i, j] = pi_mu(x_i, y_j)."""
-    logits = np.einsum("ia,ba,bc,jc->ij", X, Q, K, Y)
+    logits = (X @ Q.T) @ (Y @ K.T).T  # <Q x_i, K y_j>, two BLAS calls
     m = logits.max(axis=1, keepdims=True)
     e = np.exp(logits - m)
     Z = (e * w[None, :]).sum(axis=1, keepdims=True)
@@ -37,7 +37,9 @@ def jacobian_reference(X, Y, Q, K, V, w=None) -> np.ndarray:
     VY = Y @ V.T
     A = P @ VY
     U = Y @ K.T @ Q  # rows (Q^T K y_j)^T
-    return np.einsum("ij,ijc,ja->ica", P, VY[None, :, :] - A[:, None, :], U)
+    # sum_j P_ij (v_j - A_i) u_j^T = P (v u^T) - A (P u)^T, all as BLAS products
+    VU = np.einsum("jc,ja->jca", VY, U).reshape(Y.shape[0], -1)
+    return (P @ VU).reshape(X.shape[0], VY.shape[1], U.shape[1]) - np.einsum("ic,ia->ica", A, P @ U)
 
 
 def lions_reference(X, Y, Q, K, V, w=None) -> np.ndarray:

@@ -39,7 +39,7 @@ _PRINTER = {"python-numpy": "numpy", "python-numba": "scalar", "python-cuda": "s
 
 
 def attention_kernel_spec(d: int, d_k: int, d_v: int, flavour: str) -> str:
-    return f"attention-kernels:d={d}:d_k={d_k}:d_v={d_v}:{flavour}"
+    return kernel_cache.kernel_spec("attention", d=d, d_k=d_k, d_v=d_v, flavour=flavour)
 
 
 class _Blocks:
@@ -332,8 +332,13 @@ def attention_kernel_source(d: int, d_k: int, d_v: int, flavour: str) -> tuple[s
 
 
 def attention_kernel_sources(d: int, d_k: int, d_v: int) -> dict[str, str]:
-    """File name -> source for every flavour (used by the derivation docs)."""
-    return dict(attention_kernel_source(d, d_k, d_v, f) for f in FLAVOURS)
+    """File name (without the cache key, so docs do not churn with versions) -> source, per flavour."""
+    out = {}
+    for flavour in FLAVOURS:
+        filename, source = attention_kernel_source(d, d_k, d_v, flavour)
+        stem = filename.rsplit("_", 1)[0]
+        out[stem + FLAVOURS[flavour]] = source
+    return out
 
 
 def write_attention_kernel(d: int, d_k: int, d_v: int, flavour: str) -> Path:

@@ -137,7 +137,7 @@ class Derivation:
             "summary": self.summary,
             "params": _jsonable(self.params),
             "latex": self.latex,
-            "expressions": {k: sp.srepr(v) for k, v in self.expressions.items()},
+            "expressions": {k: sp.sstr(v) for k, v in self.expressions.items()},
             "assumptions": list(self.assumptions),
             "checks": list(self.checks),
             "values": _jsonable(self.values),

@@ -1,0 +1,51 @@
+"""Shared test configuration.
+
+* Numba's CUDA simulator must be selected before ``numba.cuda`` is first imported, so it is switched
+  on here when the machine has no NVIDIA device: the ``numba-cuda-sim`` backend then runs the real
+  generated CUDA kernels on the CPU.
+* Hypothesis runs derandomized (fixed examples) so CI never flakes; ``HYPOTHESIS_PROFILE=dev``
+  explores fresh random examples locally.
+* ``backend`` is the POT-style fixture: a test that takes it runs once per backend, skipped with
+  the reason when that backend is not usable here.
+"""
+
+import os
+import sys
+
+if "NUMBA_ENABLE_CUDASIM" not in os.environ and not os.path.exists("/dev/nvidia0"):
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    if "numba" in sys.modules and "numba.cuda" not in sys.modules:
+        # a plugin imported numba before us: make it re-read the environment
+        sys.modules["numba"].core.config.reload_config()
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "ci", derandomize=True, deadline=None, database=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=None, max_examples=200)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+from transformer_limits.numeric.backends import BACKENDS, backend_status  # noqa: E402
+
+
+def _status(name):
+    return {s.name: s for s in backend_status()}[name]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    """Every kernel backend; skipped (with the reason) where it is not usable."""
+    status = _status(request.param)
+    if not status.available:
+        pytest.skip(f"backend {request.param} unavailable: {status.reason}")
+    return request.param
+
+
+@pytest.fixture
+def fresh_kernel_cache(tmp_path, monkeypatch):
+    """An empty kernel cache for tests that inspect what gets written."""
+    monkeypatch.setenv("TRANSFORMER_LIMITS_CACHE", str(tmp_path / "kcache"))
+    return tmp_path / "kcache"

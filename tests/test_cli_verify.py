@@ -1,0 +1,163 @@
+"""``transformer-limits verify`` / ``report``: exit codes 0/1/2, output formats, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from transformer_limits.cli import main
+from transformer_limits.verify import experiment as experiment_mod
+from transformer_limits.verify import report as report_mod
+from transformer_limits.verify.experiment import Experiment, ExperimentResult
+from transformer_limits.verify.verdicts import Check
+
+CALLS: list[str] = []
+
+
+def _check(passed: bool) -> Check:
+    return Check("dummy_check", "1 + 1 = 2", 2.0, 2.0 if passed else 3.0, (1.9, 2.1), passed,
+                 {"alpha": 0.01, "sides": "two-sided", "method": "exact"}, "" if passed else "1 + 1 = 3")
+
+
+def _runner(name: str, passed: bool | None):
+    def run(config):
+        CALLS.append(name)
+        if passed is None:
+            raise RuntimeError(f"{name} exploded")
+        return ExperimentResult(name, config.profile, checks=[_check(passed)],
+                                provenance={"seeds": {"base": config.seed}})
+    return run
+
+
+@pytest.fixture
+def dummies(monkeypatch):
+    """Register dummy-pass, dummy-fail and dummy-crash (removed again by monkeypatch)."""
+    experiment_mod.list_experiments()  # discover the real ones first
+    for name, passed in (("dummy-pass", True), ("dummy-fail", False), ("dummy-crash", None)):
+        exp = Experiment(name=name, title=f"{name} title", paper="A", claim="1 + 1 = 2", derivations=(),
+                         check_names=("dummy_check",), run=_runner(name, passed), profiles=("full",))
+        monkeypatch.setitem(experiment_mod._REGISTRY, name, exp)
+    CALLS.clear()
+    yield
+    CALLS.clear()
+
+
+def test_verify_pass_exit_0(dummies, capsys):
+    assert main(["verify", "dummy-pass", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "dummy_check" in out and "RESULT: PASS (1/1 checks passed)" in out
+
+
+def test_verify_fail_exit_1_after_printing(dummies, capsys):
+    assert main(["verify", "dummy-fail"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "1 + 1 = 3" in out
+
+
+def test_verify_json(dummies, capsys):
+    assert main(["verify", "dummy-fail", "--format", "json", "--seed", "7"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["experiment"] == "dummy-fail" and data["passed"] is False
+    assert data["checks"][0]["name"] == "dummy_check" and data["provenance"]["seeds"] == {"base": 7}
+
+
+def test_verify_crash_is_a_failed_check(dummies, capsys, tmp_path):
+    assert main(["verify", "dummy-crash", "--out", str(tmp_path / "r")]) == 1
+    out = capsys.readouterr().out
+    assert "ran_without_error" in out and "RuntimeError: dummy-crash exploded" in out
+    data = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert any("Traceback" in n for n in data["notes"])
+
+
+def test_verify_writes_report(dummies, tmp_path, capsys):
+    assert main(["verify", "dummy-pass", "--out", str(tmp_path / "r")]) == 0
+    assert {p.name for p in (tmp_path / "r").iterdir()} == {"results.json", "report.md", "report.html"}
+    assert "report:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["verify", "no-such-experiment"], "unknown experiment"),
+    (["verify", "dummy-pass", "--profile", "medium"], "invalid choice"),
+    (["verify"], "needs an experiment NAME"),
+    (["verify", "dummy-pass", "--list"], "takes no NAME"),
+    (["verify", "dummy-pass", "--seed", "-1"], "--seed"),
+    (["verify", "dummy-pass", "--workers", "0"], "--workers"),
+    (["verify", "dummy-pass", "--seed", "x"], "invalid int"),
+    (["report", "--only", "dummy-pass"], "--out"),
+])
+def test_bad_input_exit_2_one_line(dummies, capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+    assert CALLS == []
+
+
+def test_out_pointing_at_a_file_is_bad_input_and_runs_nothing(dummies, tmp_path, capsys):
+    f = tmp_path / "file.txt"
+    f.write_text("keep me")
+    for argv in (["verify", "dummy-pass", "--out", str(f)], ["report", "--out", str(f), "--only", "dummy-pass"]):
+        assert main(argv) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert CALLS == [] and f.read_text() == "keep me"
+
+
+def test_store_that_is_a_directory_is_bad_input(dummies, tmp_path, capsys):
+    assert main(["verify", "dummy-pass", "--store", str(tmp_path)]) == 2
+    assert "--store" in capsys.readouterr().err
+
+
+def test_list(dummies, capsys):
+    assert main(["verify", "--list"]) == 0
+    text = capsys.readouterr().out
+    assert "dummy-pass" in text and "lions-taylor" in text and "lyapunov" in text
+    assert main(["verify", "--list", "--format", "json"]) == 0
+    data = {e["name"]: e for e in json.loads(capsys.readouterr().out)}
+    assert data["lions-taylor"]["check_names"] == ["lions_taylor_rate", "jacobian_taylor_rate"]
+    assert data["dummy-fail"]["profiles"] == ["full"]
+
+
+def test_report_runs_all_and_survives_a_crash(dummies, tmp_path, capsys):
+    out = tmp_path / "rep"
+    code = main(["report", "--out", str(out), "--only", "dummy-pass", "dummy-crash", "dummy-fail",
+                 "--no-progress"])
+    assert code == 1
+    assert CALLS == ["dummy-pass", "dummy-crash", "dummy-fail"]
+    text = capsys.readouterr().out
+    assert "RESULT: FAIL (1/3 experiments passed" in text and "failed: ran_without_error" in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert [e["passed"] for e in summary["experiments"]] == [True, False, False]
+    for name in ("dummy-pass", "dummy-crash", "dummy-fail"):
+        assert {"results.json", "report.md", "report.html"} <= {p.name for p in (out / name).iterdir()}
+    assert (out / "index.md").is_file() and (out / "index.html").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging leftovers
+
+
+def test_report_pass_exit_0_and_json(dummies, tmp_path, capsys):
+    assert main(["report", "--out", str(tmp_path), "--only", "dummy-pass", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["passed"] is True and data["n_experiments"] == 1 and data["profile"] == "quick"
+
+
+def test_report_selects_by_profile(dummies, monkeypatch, tmp_path, capsys):
+    # only the dummies are in "full"; keep the real experiments out of this test
+    for name in [n for n in experiment_mod._REGISTRY if not n.startswith("dummy-")]:
+        monkeypatch.delitem(experiment_mod._REGISTRY, name)
+    assert main(["report", "--profile", "full", "--out", str(tmp_path)]) == 1
+    assert sorted(CALLS) == ["dummy-crash", "dummy-fail", "dummy-pass"]
+    CALLS.clear()
+    assert main(["report", "--profile", "quick", "--out", str(tmp_path / "q")]) == 2
+    assert "no experiment includes profile" in capsys.readouterr().err and CALLS == []
+
+
+def test_report_unknown_only_is_bad_input(dummies, tmp_path, capsys):
+    assert main(["report", "--out", str(tmp_path / "r"), "--only", "dummy-pass", "nope"]) == 2
+    assert "unknown experiment 'nope'" in capsys.readouterr().err
+    assert CALLS == [] and not (tmp_path / "r").exists()
+
+
+def test_crash_while_writing_the_report_leaves_nothing_half_written(dummies, tmp_path, monkeypatch):
+    monkeypatch.setattr(report_mod, "_html", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        main(["verify", "dummy-pass", "--out", str(tmp_path / "r")])
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,77 @@
+"""Experiment ``lions-taylor``: Taylor remainder rates 2 for the Lions derivative and the Jacobian; the
+wrong-sign Lions term must fail (rate 1).  Deterministic (Taylor tests have no false-failure rate beyond
+round-off: the levels at the round-off floor are excluded by ``taylor_test``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from transformer_limits.verify.experiment import ExperimentConfig, experiment_spec, run_experiment
+from transformer_limits.verify.experiments import lions_taylor as lt
+
+
+@pytest.fixture(scope="module")
+def quick():
+    return run_experiment(experiment_spec("lions-taylor"), ExperimentConfig("quick", seed=0))
+
+
+def test_quick_profile_passes_with_rate_two(quick):
+    assert quick.passed
+    checks = {c.name: c for c in quick.checks}
+    assert set(checks) == {"lions_taylor_rate", "jacobian_taylor_rate"}
+    for c in checks.values():
+        assert c.expected == 2.0 and 1.9 <= c.measured <= 2.1
+        assert c.statistics["cases_passed"] == c.statistics["cases"] == len(lt.cases_for("quick"))
+    assert 1.9 < quick.fits["lions"]["exponent"] < 2.1
+    assert 1.9 < quick.fits["jacobian"]["exponent"] < 2.1
+    assert quick.provenance["timings"]["run_s"] < 60
+
+
+def test_wrong_sign_control_is_reported_not_checked(quick):
+    control = [r for r in quick.tables["summary"] if r["expansion"] == "lions-wrong-sign"]
+    assert len(control) == 1 and control[0]["cases_passed"] == f"0/{len(lt.cases_for('quick'))}"
+    assert 0.9 < control[0]["min_rate"] <= control[0]["max_rate"] < 1.1
+    assert 0.9 < quick.fits["lions-wrong-sign"]["exponent"] < 1.1
+    assert all(c.name != "lions-wrong-sign" for c in quick.checks)
+
+
+def test_wrong_sign_lions_term_fails_the_rate_check():
+    wrong = next(e for e in lt.EXPANSIONS if e.name == "lions-wrong-sign")
+    cases = lt.cases_for("quick")
+    results = lt.evaluate_expansion(wrong, cases, seed=5)
+    check = lt.taylor_check(wrong, results)
+    assert not check.passed and check.measured < 1.1 and "below rate" in check.note
+    right = next(e for e in lt.EXPANSIONS if e.name == "lions")
+    assert lt.taylor_check(right, lt.evaluate_expansion(right, cases, seed=5)).passed
+
+
+def test_random_weights_cases_pass():
+    cases = [c for c in lt.cases_for("full") if not c.uniform_weights][:3]
+    for expansion in lt.EXPANSIONS[:2]:
+        assert lt.taylor_check(expansion, lt.evaluate_expansion(expansion, cases, seed=1)).passed
+
+
+def test_seeded_and_deterministic(quick):
+    again = run_experiment(experiment_spec("lions-taylor"), ExperimentConfig("quick", seed=0))
+    assert again.tables == quick.tables
+    other = run_experiment(experiment_spec("lions-taylor"), ExperimentConfig("quick", seed=1))
+    assert other.tables["taylor_rates"] != quick.tables["taylor_rates"]
+
+
+def test_extension_point_adds_a_check(monkeypatch):
+    """A new expansion appended to EXPANSIONS (as flow-map expansions will be) is tested and checked."""
+
+    def second_order_sine(case, rng):
+        x = rng.standard_normal(case.d)
+        dx = rng.standard_normal(case.d)
+        return np.sin, x, dx, [np.cos(x) * dx, -np.sin(x) * dx**2 / 2]
+
+    extra = lt.TaylorExpansion("sine", "sin(x + h dx) to second order (rate 3)", second_order_sine,
+                               check="sine_taylor_rate", order=2)
+    monkeypatch.setattr(lt, "EXPANSIONS", [*lt.EXPANSIONS, extra])
+    result = lt.run(ExperimentConfig("quick"))
+    check = next(c for c in result.checks if c.name == "sine_taylor_rate")
+    assert check.passed and check.expected == 3.0
+    with pytest.raises(ValueError, match="declared order 1"):
+        lt.evaluate_expansion(lt.TaylorExpansion("bad", "c", second_order_sine, check="x"), lt.cases_for("quick"), 0)

@@ -1,0 +1,72 @@
+"""Paper B experiments: registry, quick checks on small grids, and deliberately wrong models."""
+
+import numpy as np
+import pytest
+
+from transformer_limits.verify.experiment import ExperimentConfig, experiment_spec
+from transformer_limits.verify.experiments import sde_limit, synchronization
+from transformer_limits.verify.rate_fit import fit_power_law
+from transformer_limits.verify.verdicts import exponent_equals
+
+SMALL = dict(sde_limit.SETTINGS["quick"], seeds_L=8, L_levels=(8, 16, 32, 64), L_ref=256)
+
+
+def _exponent_L(**kw):
+    grid, _ = sde_limit.depth_errors(SMALL, 0, **kw)
+    fit = fit_power_law({"L": np.array(SMALL["L_levels"])}, grid, window="all")
+    return exponent_equals(fit, -1.0, sde_limit.ALPHA, tolerance=sde_limit.TOLERANCE)
+
+
+def test_registered():
+    for name in ("sde-limit", "propagation-of-chaos", "synchronization"):
+        assert experiment_spec(name).paper == "B"
+
+
+def test_exponent_L_passes_for_the_model():
+    # fixed seed; false-failure rate ≤ α = 0.01 (two-sided conservative CI)
+    assert _exponent_L().passed
+
+
+@pytest.mark.parametrize("wrong", [
+    dict(model_overrides=dict(alpha2_power=1.0)),                      # α_2 = T/L: no diffusive limit
+    dict(sde_overrides=dict(ito_drift=False), renormalise=False),      # SDE without Itô drift
+])
+def test_exponent_L_fails_for_wrong_models(wrong):
+    assert not _exponent_L(**wrong).passed
+
+
+@pytest.fixture(scope="module")
+def sync_fits():
+    s = dict(synchronization.SETTINGS["quick"], seeds=16, n_steps=100)
+    t, e = synchronization.energy_samples(s, s["d_sync"], "attractive", 0)
+    t3, e3 = synchronization.energy_samples(s, s["d_contrast"], "none", 0)
+    t8, e8 = synchronization.energy_samples(s, s["d_sync"], "none", 0)
+    v = synchronization.lyapunov_values(s, s["d_sync"])
+    v3 = synchronization.lyapunov_values(s, s["d_contrast"])
+    return (synchronization.decay_fit(t, e), synchronization.decay_fit(t3, e3), synchronization.decay_fit(t8, e8),
+            v, v3)
+
+
+def test_decay_rate_bound_passes_and_wrong_sign_fails(sync_fits):
+    fit, _, _, v, _ = sync_fits
+    lbp = v["lambda_bar_prime"]
+    assert lbp < 0
+    assert synchronization.decay_rate_check(fit, lbp).passed
+    assert not synchronization.decay_rate_check(fit, -lbp).passed          # Draft-A sign
+    assert not synchronization.decay_rate_check(fit, 5 * lbp).passed       # too optimistic a rate
+
+
+def test_sign_change_d3(sync_fits):
+    _, fit3, fit8, v8, v3 = sync_fits
+    assert v3["lambda_bar"] > 0 > v8["lambda_bar"]
+    assert synchronization.sign_change_check(fit3, fit8, v3["lambda_bar"], v8["lambda_bar"]).passed
+    # swapping the roles (claiming the λ̄ < 0 setting decays slower) fails
+    assert not synchronization.sign_change_check(fit8, fit3, v8["lambda_bar"], v3["lambda_bar"]).passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["sde-limit", "propagation-of-chaos", "synchronization"])
+def test_quick_profile_passes(name):
+    result = experiment_spec(name).run(ExperimentConfig(profile="quick"))
+    assert result.passed, [str(c) for c in result.checks]
+    assert result.figures and result.figures[0].png.startswith(b"\x89PNG")

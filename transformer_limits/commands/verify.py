@@ -1,0 +1,130 @@
+"""``transformer-limits verify``: run one registered experiment and print its verdicts.
+
+    transformer-limits verify NAME [--profile quick|full] [--out DIR] [--seed N] [--workers N]
+                                   [--scheduler ADDRESS] [--store PATH.sqlite] [--format text|json]
+                                   [--no-progress]
+    transformer-limits verify --list [--format json]
+
+Exit 0 when every check passes, 1 (after printing) when one fails, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from transformer_limits.cli import CheckFailed, UsageError, emit
+
+PROFILE_CHOICES = ("quick", "full")
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by ``verify`` and ``report``."""
+    p.add_argument("--profile", choices=PROFILE_CHOICES, default="quick",
+                   help="quick (CI, about a minute per experiment) or full (publication grids)")
+    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    p.add_argument("--workers", type=int, default=1, help="processes for sweeps (default 1)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm progress bars on stderr")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="run one verification experiment and print its verdicts",
+        description="Run a registered experiment (see --list), print its checks, optionally write a report.",
+    )
+    p.add_argument("name", nargs="?", help="experiment name (see --list)")
+    p.add_argument("--list", action="store_true", help="list the registered experiments")
+    p.add_argument("--out", help="write results.json, report.md and report.html into this folder")
+    p.add_argument("--scheduler", help="dask.distributed scheduler address for sweeps (tcp://host:8786)")
+    p.add_argument("--store", help="SQLite sweep store (resumable sweeps), e.g. runs.sqlite")
+    add_run_options(p)
+    p.set_defaults(handler=run)
+
+
+def check_out_dir(out: str | None) -> None:
+    """``--out`` must not be an existing non-directory (checked before any work)."""
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise UsageError(f"--out {out!r} exists and is not a directory")
+
+
+def make_config(args: argparse.Namespace, *, progress: bool):
+    """:class:`ExperimentConfig` from the parsed options (one-line errors for bad values)."""
+    from transformer_limits.verify.experiment import ExperimentConfig
+
+    if args.seed < 0:
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    if args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    store = getattr(args, "store", None)
+    if store is not None and Path(store).is_dir():
+        raise UsageError(f"--store {store!r} is a directory; give a .sqlite file path")
+    if store is not None and not Path(store).resolve().parent.is_dir():
+        raise UsageError(f"--store {store!r}: folder {str(Path(store).parent)!r} does not exist")
+    scheduler = getattr(args, "scheduler", None)
+    if scheduler is not None and not scheduler.strip():
+        raise UsageError("--scheduler needs an address such as tcp://host:8786")
+    return ExperimentConfig(profile=args.profile, seed=args.seed, workers=args.workers, progress=progress,
+                            scheduler=scheduler, store=store)
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    return not args.no_progress and sys.stderr.isatty()
+
+
+def verdict_table(payload: dict) -> str:
+    """Readable verdicts of one ``results.json`` payload."""
+    checks = payload["checks"]
+    width = max([len("check")] + [len(c["name"]) for c in checks])
+    run_s = payload["provenance"].get("timings", {}).get("run_s")
+    lines = [f"{payload['experiment']} — {payload['title']} (paper {payload['paper']}, profile "
+             f"{payload['profile']}" + (f", {run_s:.1f} s)" if run_s is not None else ")"),
+             f"  {'check':<{width}}  verdict  {'expected':>10}  {'measured':>10}  CI"]
+    for c in checks:
+        low, high = c["ci"]
+        ci = f"[{'-inf' if low is None else f'{low:.4g}'}, {'inf' if high is None else f'{high:.4g}'}]"
+        exp = "—" if c["expected"] is None else f"{c['expected']:.4g}"
+        meas = "—" if c["measured"] is None else f"{c['measured']:.4g}"
+        lines.append(f"  {c['name']:<{width}}  {'PASS' if c['passed'] else 'FAIL':<7}  {exp:>10}  {meas:>10}  {ci}")
+        if c.get("note") and not c["passed"]:
+            lines.append(f"  {'':<{width}}  {c['note']}")
+    n_pass = sum(c["passed"] for c in checks)
+    lines.append(f"RESULT: {'PASS' if payload['passed'] else 'FAIL'} ({n_pass}/{len(checks)} checks passed)")
+    return "\n".join(lines)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from transformer_limits.verify.experiment import list_experiments
+
+    exps = list_experiments()
+    width = max([len(e.name) for e in exps] + [4])
+    text = "\n".join(f"{e.name:<{width}}  paper {e.paper}  [{', '.join(e.profiles)}]  {e.title}" for e in exps)
+    emit([e.to_dict() for e in exps], args.format, text or "(no experiments registered)")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        if args.name or args.out:
+            raise UsageError("verify --list takes no NAME or --out")
+        return _list(args)
+    if not args.name:
+        raise UsageError("verify needs an experiment NAME or --list")
+    from transformer_limits.verify.experiment import experiment_spec, run_experiment
+    from transformer_limits.verify.report import results_payload, write_experiment_report
+
+    experiment = experiment_spec(args.name)
+    check_out_dir(args.out)
+    config = make_config(args, progress=show_progress(args))
+    result = run_experiment(experiment, config)
+    if args.out:
+        payload = write_experiment_report(result, args.out, experiment, config)
+    else:
+        payload = results_payload(result, experiment, config)
+    text = verdict_table(payload) + (f"\nreport: {args.out}/report.md" if args.out else "")
+    emit(payload, args.format, text)
+    if not payload["passed"]:
+        raise CheckFailed(args.name)
+    return 0

@@ -1,0 +1,213 @@
+"""One multi-head attention layer field and its vector-Jacobian product, on three backends.
+
+Field of one layer (THEORY.md 1.2, [RECON]), for tokens X (N, d) and heads h = 1..H::
+
+    F^i = sum_h c_h O_h A_h(x^i, m^i),   A_h(x, m) = sum_j P_ij V_h x^j,
+    P_ij = softmax_j(beta <Q_h x^i, K_h x^j>) over the visible j (all j, or j <= i when causal),
+
+so m^i = m^N (unmasked) or the prefix measure (1/i) sum_{j<=i} delta_{x^j} (causal); c_h are the head
+weights (residual scale x head scale, or residual scale x atom weight in exact-expectation mode);
+beta = 1/temperature.  The VJP with cotangent PC (N, d) returns::
+
+    xbar^j = sum_h [ grad_x A_h(x^j)^T g_h^j + sum_i w_ij (d_mu A_h(x^i, m^i)(x^j))^T g_h^i ],
+    g_h^i = c_h O_h^T PC^i,  w_ij = 1/N or 1_{j<=i}/i,
+
+and the parameter gradients dQ, dK, dV, dO of sum_i <PC^i, F^i> (stacked (H, ...)).
+
+Backends:
+
+``numpy``  reference: the field by explicit softmax matrices, xbar by the THEORY.md formula with
+           the Jacobian and Lions-derivative tensors of the generated NumPy attention kernels
+           (:func:`transformer_limits.numeric.attention.attention_kernels`; O(N^2 d d_v) memory per head,
+           for tests); parameter gradients by matrix products.
+``blas``   plain batched NumPy/BLAS backpropagation (matmul over heads, (H, N, N) softmax matrices);
+           the baseline of ``benchmarks/bench_transformer.py``.
+``numba``  generated kernels (:mod:`transformer_limits.symbolic.attention_adjoint_kernels`), parallel
+           over tokens, O(H N (d_k + d_v)) memory: the Lions term is applied as K^T kbar + V^T vbar,
+           never as an (N, N, d, d) tensor.
+
+``lions=False`` in :meth:`AttentionLayer.vjp` drops the Lions (interaction) term; it exists to show that
+the gradient Taylor test then fails (a deliberately wrong model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from transformer_limits import kernel_cache
+
+__all__ = ["LAYER_BACKENDS", "AttentionLayer", "LayerCache", "attention_layer"]
+
+LAYER_BACKENDS = ("numpy", "blas", "numba")
+
+
+def adjoint_kernel_path(d: int, d_k: int, d_v: int) -> Path:
+    """Cached source of the generated layer kernels; generated (SymPy imported) only on a miss."""
+    from transformer_limits.symbolic.attention_adjoint_kernels import adjoint_kernel_spec
+
+    path = kernel_cache.lookup_source(adjoint_kernel_spec(d, d_k, d_v, "python-numba"))
+    if path is None:
+        from transformer_limits.symbolic.attention_adjoint_kernels import write_adjoint_kernel
+
+        path = write_adjoint_kernel(d, d_k, d_v, "python-numba")
+    return path
+
+
+@dataclass
+class LayerCache:
+    """What the forward pass keeps for the VJP: head outputs A (H, N, d_v), features and either the
+    softmax matrices P (H, N, N) (numpy/blas) or log-normalisers LOGZ (H, N) (numba)."""
+
+    A: np.ndarray
+    QF: np.ndarray
+    KF: np.ndarray
+    VF: np.ndarray
+    P: np.ndarray | None = None
+    LOGZ: np.ndarray | None = None
+
+
+class AttentionLayer:
+    """Field and VJP of one attention layer for fixed shapes, mask, temperature and backend."""
+
+    def __init__(self, d: int, d_k: int, d_v: int, *, causal: bool = False, temperature: float = 1.0,
+                 backend: str = "numpy"):
+        for name, val in (("d", d), ("d_k", d_k), ("d_v", d_v)):
+            if not isinstance(val, (int, np.integer)) or val < 1:
+                raise ValueError(f"{name} must be a positive integer, got {val!r}")
+        if backend not in LAYER_BACKENDS:
+            raise ValueError(f"unknown backend {backend!r} (known: {', '.join(LAYER_BACKENDS)})")
+        if not (np.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+        self.d, self.d_k, self.d_v = int(d), int(d_k), int(d_v)
+        self.causal, self.beta, self.backend = bool(causal), 1.0 / float(temperature), backend
+        self._module: Any = None
+        if backend == "numba":
+            self._module = kernel_cache.load_python_source(adjoint_kernel_path(self.d, self.d_k, self.d_v))
+
+    # ------------------------------------------------------------------ checks
+    def _check(self, X, Qs, Ks, Vs, Os, c):
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        Qs, Ks, Vs, Os = (np.ascontiguousarray(a, dtype=np.float64) for a in (Qs, Ks, Vs, Os))
+        c = np.ascontiguousarray(c, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.d or X.shape[0] < 1:
+            raise ValueError(f"X must have shape (N, {self.d}) with N >= 1, got {X.shape}")
+        H = Qs.shape[0] if Qs.ndim == 3 else -1
+        want = {"Qs": (H, self.d_k, self.d), "Ks": (H, self.d_k, self.d), "Vs": (H, self.d_v, self.d),
+                "Os": (H, self.d, self.d_v)}
+        for name, arr in (("Qs", Qs), ("Ks", Ks), ("Vs", Vs), ("Os", Os)):
+            if H < 1 or arr.shape != want[name]:
+                raise ValueError(f"{name} must have shape {want[name]} (H >= 1), got {arr.shape}")
+        if c.shape != (H,):
+            raise ValueError(f"head weights c must have shape ({H},), got {c.shape}")
+        return X, Qs, Ks, Vs, Os, c
+
+    # ------------------------------------------------------------------ field
+    def field(self, X, Qs, Ks, Vs, Os, c) -> tuple[np.ndarray, LayerCache]:
+        """F (N, d) and the cache for :meth:`vjp`."""
+        X, Qs, Ks, Vs, Os, c = self._check(X, Qs, Ks, Vs, Os, c)
+        if self.backend == "numba":
+            return self._field_numba(X, Qs, Ks, Vs, Os, c)
+        QF = np.einsum("hkd,nd->hnk", Qs, X)
+        KF = np.einsum("hkd,nd->hnk", Ks, X)
+        VF = np.einsum("hkd,nd->hnk", Vs, X)
+        logits = self.beta * (QF @ KF.transpose(0, 2, 1))
+        if self.causal:
+            logits = np.where(np.tril(np.ones((X.shape[0],) * 2, dtype=bool)), logits, -np.inf)
+        E = np.exp(logits - logits.max(axis=2, keepdims=True))
+        P = E / E.sum(axis=2, keepdims=True)
+        A = P @ VF
+        F = np.einsum("h,hac,hnc->na", c, Os, A)
+        return F, LayerCache(A=A, QF=QF, KF=KF, VF=VF, P=P)
+
+    def _field_numba(self, X, Qs, Ks, Vs, Os, c):
+        m = self._module
+        H, N = Qs.shape[0], X.shape[0]
+        QF, KF, VF = np.empty((H, N, self.d_k)), np.empty((H, N, self.d_k)), np.empty((H, N, self.d_v))
+        m.features(X, Qs, Ks, Vs, QF, KF, VF)
+        A, LOGZ, F = np.empty((H, N, self.d_v)), np.empty((H, N)), np.empty((N, self.d))
+        m.forward(QF, KF, VF, Os, c, self.beta, self.causal, A, LOGZ, F)
+        return F, LayerCache(A=A, QF=QF, KF=KF, VF=VF, LOGZ=LOGZ)
+
+    # ------------------------------------------------------------------ vjp
+    def vjp(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, *, lions: bool = True):
+        """(xbar (N, d), dQs, dKs, dVs, dOs) for the cotangent PC (N, d) of F."""
+        X, Qs, Ks, Vs, Os, c = self._check(X, Qs, Ks, Vs, Os, c)
+        PC = np.ascontiguousarray(PC, dtype=np.float64)
+        if PC.shape != X.shape:
+            raise ValueError(f"cotangent PC must have shape {X.shape}, got {PC.shape}")
+        if self.backend == "numba":
+            QBAR, KBAR, VBAR, xbar = self._bars_numba(Qs, Ks, Vs, Os, c, cache, PC, lions)
+        else:
+            QBAR, KBAR, VBAR = self._bars_blas(Os, c, cache, PC)
+            if self.backend == "blas":
+                xbar = np.einsum("hnk,hkd->nd", QBAR, Qs)
+                if lions:
+                    xbar += np.einsum("hnk,hkd->nd", KBAR, Ks) + np.einsum("hnk,hkd->nd", VBAR, Vs)
+            else:
+                xbar = self._xbar_theory(X, Qs, Ks, Vs, Os, c, PC, lions)
+        dQ = np.einsum("hnk,nd->hkd", QBAR, X)
+        dK = np.einsum("hnk,nd->hkd", KBAR, X)
+        dV = np.einsum("hnk,nd->hkd", VBAR, X)
+        dO = np.einsum("h,na,hnc->hac", c, PC, cache.A)
+        return xbar, dQ, dK, dV, dO
+
+    def _bars_blas(self, Os, c, cache: LayerCache, PC):
+        P = cache.P
+        G = c[:, None, None] * np.einsum("na,hac->hnc", PC, Os)
+        gA = np.einsum("hnc,hnc->hn", G, cache.A)
+        S = P * (G @ cache.VF.transpose(0, 2, 1) - gA[:, :, None])
+        QBAR = self.beta * (S @ cache.KF)
+        KBAR = self.beta * (S.transpose(0, 2, 1) @ cache.QF)
+        VBAR = P.transpose(0, 2, 1) @ G
+        return QBAR, KBAR, VBAR
+
+    def _bars_numba(self, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, lions):
+        m = self._module
+        H, N = Qs.shape[0], PC.shape[0]
+        G, GA = np.empty((H, N, self.d_v)), np.empty((H, N))
+        m.cotangent(PC, Os, c, cache.A, G, GA)
+        QBAR = np.empty((H, N, self.d_k))
+        m.query_adjoint(cache.QF, cache.KF, cache.VF, G, GA, cache.LOGZ, self.beta, self.causal, QBAR)
+        KBAR, VBAR = np.empty((H, N, self.d_k)), np.empty((H, N, self.d_v))
+        m.key_adjoint(cache.QF, cache.KF, cache.VF, G, GA, cache.LOGZ, self.beta, self.causal, KBAR, VBAR)
+        xbar = np.empty((N, self.d))
+        m.token_adjoint(Qs, Ks, Vs, QBAR, KBAR, VBAR, bool(lions), xbar)
+        return QBAR, KBAR, VBAR, xbar
+
+    def _xbar_theory(self, X, Qs, Ks, Vs, Os, c, PC, lions):
+        """THEORY.md 1.2: Jacobian term + Lions term, with the generated NumPy attention kernels."""
+        from transformer_limits.numeric.attention import attention_kernels
+
+        kern = attention_kernels(self.d, self.d_k, self.d_v, "numpy")
+        N = X.shape[0]
+        xbar = np.zeros_like(X)
+        for h in range(Qs.shape[0]):
+            Q, K, V = Qs[h], self.beta * Ks[h], Vs[h]  # beta absorbed in K
+            G = c[h] * PC @ Os[h]  # g^i = c_h O_h^T p^i, (N, d_v)
+            if not self.causal:
+                J = kern.jacobian(X, X, Q, K, V)  # (N, d_v, d)
+                xbar += np.einsum("ica,ic->ia", J, G)
+                if lions:
+                    D = kern.lions_derivative(X, X, Q, K, V)  # (N_query, N_atom, d_v, d)
+                    xbar += np.einsum("ijca,ic->ja", D, G) / N
+                continue
+            for i in range(N):  # token i sees the prefix measure (1/(i+1)) sum_{j<=i} delta_{x^j}
+                Y = X[: i + 1]
+                J = kern.jacobian(X[i:i + 1], Y, Q, K, V)
+                xbar[i] += J[0].T @ G[i]
+                if lions:
+                    D = kern.lions_derivative(X[i:i + 1], Y, Q, K, V)[0]  # (i+1, d_v, d)
+                    xbar[: i + 1] += np.einsum("jca,c->ja", D, G[i]) / (i + 1)
+        return xbar
+
+
+@lru_cache(maxsize=64)
+def attention_layer(d: int, d_k: int, d_v: int, *, causal: bool = False, temperature: float = 1.0,
+                    backend: str = "numpy") -> AttentionLayer:
+    """Cached :class:`AttentionLayer`."""
+    return AttentionLayer(d, d_k, d_v, causal=causal, temperature=temperature, backend=backend)

@@ -1,0 +1,352 @@
+"""Mean-field (L, H -> infinity) limit of the paper-A model: forward and adjoint MV-ODEs, RK4.
+
+For N particles X_t = (X_t^1..X_t^N) and a law nu_t of head parameters at depth-time t in [0, 1]
+(THEORY.md 1.2, [RECON])::
+
+    dX_t^i/dt  =  Gamma(X_t^i, mu_t^i, nu_t) = int gamma(X_t^i, mu_t^i, theta) nu_t(dtheta),
+    -dP_t^i/dt = grad_x Gamma(X_t^i)^T P_t^i + sum_j w_ji (d_mu Gamma(X_t^j)(X_t^i))^T P_t^j,
+    P_1^i = N dLoss/dx^i   (the N-scaled adjoint; = grad l(X_1^i) for Loss = (1/N) sum_i l(x^i)),
+
+with mu_t^i the empirical measure of the particles (prefix measure when causal) and w_ji = 1/N
+(unmasked) or 1_{i<=j}/j (causal).  The right-hand sides are one attention layer with the atoms of
+nu_t as heads and their weights as head weights (:mod:`transformer_limits.numeric.attention_layer`),
+so the same generated kernels serve the discrete model and the limit.
+
+Parametrisation of nu_t (ours, documented in docs/paper_a_model.md): a :class:`HeadLaw` has atoms
+theta_a(t), a = 1..A, with fixed weights w_a, piecewise-linear in t between uniform depth-time nodes
+t_n = n/(n_nodes - 1): theta_a(t) = sum_n phi_n(t) theta_{n,a} with hat functions phi_n.  A continuous
+compactly supported law (:class:`AffineHeadLaw`: theta(t, xi) = M(t) + sum_k xi_k D_k(t), xi uniform on
+[-1, 1]^m) is reduced to a HeadLaw by Gauss-Legendre or scrambled-Sobol quadrature in xi, with an error
+estimate (:func:`quadrature_estimate`).  The discrete model samples its heads from nu_{r/L}
+(:meth:`HeadLaw.discretise`): ``exact`` mode uses all atoms at t = r/L with weights w_a (H -> infinity
+replaced by the exact expectation), ``iid`` mode draws H atom indices i.i.d. from w per layer.
+
+Time stepping: classical RK4 with steps aligned to the nodes (the parameters are smooth between
+nodes); :meth:`MeanFieldLimit.forward_checked` estimates the error by step doubling (Richardson,
+|X_h - X_{h/2}| / 15).  The adjoint integrates (X, P, node gradients) backward from t = 1 with RK4.
+
+Training in the limit: AdamW (:mod:`transformer_limits.numeric.adamw`) on the node parameters
+theta_{n,a} driven by dJ/dtheta_{n,a} = int_0^1 phi_n(t) (1/N) sum_i d_theta gamma(...)^T w_a P_t^i dt;
+the discrete network with exact heads has the same trainable node parameters (its layer-r heads are
+theta_a(r/L)), and its gradient is the left Riemann sum of that integral, so "discrete network after
+k AdamW steps" and "limit after k AdamW steps" can be compared (:func:`train_adamw`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from transformer_limits.numeric.adamw import AdamW, BlockwiseAdamW
+from transformer_limits.numeric.attention_layer import attention_layer
+from transformer_limits.numeric.transformer_model import PARAM_NAMES, AttentionTransformer
+
+__all__ = ["HeadLaw", "AffineHeadLaw", "MeanFieldLimit", "RK4Result", "quadrature_estimate",
+           "discrete_node_loss_and_grad", "train_adamw", "TrainingHistory"]
+
+
+def _hat(nodes: np.ndarray, t: float) -> np.ndarray:
+    """phi_n(t) for uniform nodes on [0, 1] (piecewise-linear interpolation weights)."""
+    m = nodes.size - 1
+    out = np.zeros(nodes.size)
+    if m == 0:
+        out[0] = 1.0
+        return out
+    s = min(max(t, 0.0), 1.0) * m
+    k = min(int(np.floor(s)), m - 1)
+    frac = s - k
+    out[k], out[k + 1] = 1.0 - frac, frac
+    return out
+
+
+@dataclass
+class HeadLaw:
+    """nu_t = sum_a w_a delta_{theta_a(t)}, theta_a piecewise linear in t on uniform nodes.
+
+    ``params``: dict Q (n_nodes, A, d_k, d), K (n_nodes, A, d_k, d), V (n_nodes, A, d_v, d),
+    O (n_nodes, A, d, d_v); ``weights`` (A,) positive, summing to one.
+    """
+
+    params: dict[str, np.ndarray]
+    weights: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.params = {k: np.asarray(self.params[k], dtype=np.float64) for k in PARAM_NAMES}
+        self.weights = np.asarray(self.weights, dtype=np.float64)
+        n, A = self.params["Q"].shape[:2]
+        if n < 1 or A < 1 or self.weights.shape != (A,):
+            raise ValueError(f"weights must have shape ({A},) matching the atoms of params")
+        if np.any(self.weights < 0) or not np.isclose(self.weights.sum(), 1.0):
+            raise ValueError("weights must be non-negative and sum to one")
+        for k, v in self.params.items():
+            if v.shape[:2] != (n, A):
+                raise ValueError(f"params[{k!r}] must start with (n_nodes, A) = {(n, A)}, got {v.shape}")
+
+    @property
+    def n_nodes(self) -> int:
+        return self.params["Q"].shape[0]
+
+    @property
+    def n_atoms(self) -> int:
+        return self.params["Q"].shape[1]
+
+    @property
+    def nodes(self) -> np.ndarray:
+        return np.linspace(0.0, 1.0, self.n_nodes)
+
+    def hat(self, t: float) -> np.ndarray:
+        return _hat(self.nodes, t)
+
+    def at(self, t: float) -> dict[str, np.ndarray]:
+        """theta_a(t) for every atom: dict of (A, ...) arrays."""
+        phi = self.hat(t)
+        nz = np.nonzero(phi)[0]
+        return {k: sum(phi[n] * v[n] for n in nz) for k, v in self.params.items()}
+
+    def with_params(self, params: dict[str, np.ndarray]) -> "HeadLaw":
+        return HeadLaw({k: np.array(params[k]) for k in PARAM_NAMES}, self.weights)
+
+    @classmethod
+    def random(cls, n_nodes: int, n_atoms: int, d: int, d_k: int, d_v: int, *, seed: int = 0,
+               gain: float = 1.0, weights: Any = None) -> "HeadLaw":
+        """Xavier-uniform atoms at every node (compact support), equal or given weights."""
+        from transformer_limits.numeric.transformer_model import init_params
+
+        params = init_params(n_nodes, n_atoms, d, d_k, d_v, seed=seed, gain=gain)
+        w = np.full(n_atoms, 1.0 / n_atoms) if weights is None else np.asarray(weights, dtype=np.float64)
+        return cls(params, w / w.sum())
+
+    def discretise(self, L: int, H: int | None = None, *, mode: str = "exact", seed: int = 0):
+        """Heads of an L-layer model sampled from nu_{r/L}, r = 0..L-1.
+
+        ``exact``: H = A heads theta_a(r/L) with head weights w_a -> (params, head_weights (A,)).
+        ``iid``: H heads per layer, atom indices i.i.d. ~ w -> (params, None) (head scale from the model).
+        """
+        if not isinstance(L, (int, np.integer)) or L < 1:
+            raise ValueError(f"L must be a positive integer, got {L!r}")
+        layers = [self.at(r / L) for r in range(L)]
+        if mode == "exact":
+            return {k: np.stack([lay[k] for lay in layers]) for k in PARAM_NAMES}, self.weights.copy()
+        if mode != "iid":
+            raise ValueError(f"mode must be 'exact' or 'iid', got {mode!r}")
+        if not isinstance(H, (int, np.integer)) or H < 1:
+            raise ValueError(f"H must be a positive integer in iid mode, got {H!r}")
+        idx = np.random.default_rng(seed).choice(self.n_atoms, size=(L, H), p=self.weights)
+        return {k: np.stack([lay[k][idx[r]] for r, lay in enumerate(layers)]) for k in PARAM_NAMES}, None
+
+    def node_gradients(self, layer_grads: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Chain rule through theta_{r,a} = theta_a(r/L): sum_r phi_n(r/L) dLoss/dtheta_{r,a}."""
+        L = layer_grads["Q"].shape[0]
+        Phi = np.stack([self.hat(r / L) for r in range(L)])  # (L, n_nodes)
+        return {k: np.einsum("rn,ra...->na...", Phi, layer_grads[k]) for k in PARAM_NAMES}
+
+
+@dataclass
+class AffineHeadLaw:
+    """Continuous compactly supported law: theta(t, xi) = M(t) + sum_k xi_k D_k(t), xi ~ U[-1, 1]^m.
+
+    ``mean``: dict of (n_nodes, ...) arrays (one matrix per node); ``directions``: dict of
+    (n_nodes, m, ...) arrays; both piecewise linear in t between uniform nodes.
+    """
+
+    mean: dict[str, np.ndarray]
+    directions: dict[str, np.ndarray]
+
+    @property
+    def latent_dim(self) -> int:
+        return self.directions["Q"].shape[1]
+
+    @classmethod
+    def random(cls, n_nodes: int, latent_dim: int, d: int, d_k: int, d_v: int, *, seed: int = 0,
+               spread: float = 0.5) -> "AffineHeadLaw":
+        from transformer_limits.numeric.transformer_model import init_params
+
+        mean = {k: v[:, 0] for k, v in init_params(n_nodes, 1, d, d_k, d_v, seed=seed).items()}
+        dirs = init_params(n_nodes, latent_dim, d, d_k, d_v, seed=seed + 1, gain=spread)
+        return cls(mean, dirs)
+
+    def atoms(self, xi: np.ndarray, weights: np.ndarray) -> HeadLaw:
+        """The finite-atom law sum_a weights_a delta_{theta(., xi_a)} (xi (A, m))."""
+        xi = np.asarray(xi, dtype=np.float64)
+        params = {k: self.mean[k][:, None] + np.einsum("am,nm...->na...", xi, self.directions[k])
+                  for k in PARAM_NAMES}
+        return HeadLaw(params, weights)
+
+    def quadrature(self, rule: str = "gauss-legendre", n: int = 4, *, seed: int = 0) -> HeadLaw:
+        """``gauss-legendre``: tensor rule with n points per latent dimension (n^m atoms);
+        ``sobol``: n scrambled Sobol points (scipy.stats.qmc, seeded), equal weights;
+        ``iid``: n i.i.d. uniform points."""
+        m = self.latent_dim
+        if rule == "gauss-legendre":
+            x, w = np.polynomial.legendre.leggauss(n)
+            xi = np.array(list(itertools.product(x, repeat=m)))
+            wt = np.prod(np.array(list(itertools.product(w, repeat=m))), axis=1) / 2.0**m
+            return self.atoms(xi, wt / wt.sum())
+        if rule == "sobol":
+            from scipy.stats import qmc
+
+            u = qmc.Sobol(d=m, scramble=True, seed=seed).random(n)
+        elif rule == "iid":
+            u = np.random.default_rng(seed).uniform(size=(n, m))
+        else:
+            raise ValueError(f"rule must be 'gauss-legendre', 'sobol' or 'iid', got {rule!r}")
+        return self.atoms(2.0 * u - 1.0, np.full(n, 1.0 / n))
+
+
+def quadrature_estimate(law: AffineHeadLaw, functional: Callable[[HeadLaw], np.ndarray], *,
+                        rule: str = "sobol", n: int = 64, replicas: int = 8, seed: int = 0):
+    """(estimate, error estimate) of functional(nu) for a continuous law.
+
+    ``sobol``: mean over ``replicas`` independent scramblings, error = standard error of that mean;
+    ``gauss-legendre``: the n-point rule, error = |Q_n - Q_{n-1}| (a conservative a-posteriori estimate
+    for a smooth integrand).
+    """
+    if rule == "sobol":
+        vals = np.stack([np.asarray(functional(law.quadrature("sobol", n, seed=seed + r)))
+                         for r in range(replicas)])
+        return vals.mean(axis=0), float(np.linalg.norm(vals.std(axis=0, ddof=1)) / np.sqrt(replicas))
+    if rule == "gauss-legendre":
+        hi = np.asarray(functional(law.quadrature("gauss-legendre", n)))
+        lo = np.asarray(functional(law.quadrature("gauss-legendre", max(n - 1, 1))))
+        return hi, float(np.linalg.norm(hi - lo))
+    raise ValueError(f"rule must be 'sobol' or 'gauss-legendre', got {rule!r}")
+
+
+@dataclass
+class RK4Result:
+    """Final state, trajectory on the step grid, and the step-doubling error estimate (or None)."""
+
+    final: np.ndarray
+    trajectory: np.ndarray
+    steps: int
+    error_estimate: float | None = None
+
+
+@dataclass
+class MeanFieldLimit:
+    """The N-particle MV-ODE and its adjoint for a :class:`HeadLaw` (see the module docstring)."""
+
+    d: int
+    d_k: int
+    d_v: int
+    causal: bool = False
+    temperature: float = 1.0
+    backend: str = "numba"
+
+    def __post_init__(self) -> None:
+        self.layer = attention_layer(self.d, self.d_k, self.d_v, causal=self.causal,
+                                     temperature=float(self.temperature), backend=self.backend)
+
+    def _field(self, law: HeadLaw, t: float, X: np.ndarray):
+        th = law.at(t)
+        return self.layer.field(X, th["Q"], th["K"], th["V"], th["O"], law.weights), th
+
+    def field(self, law: HeadLaw, t: float, X: Any) -> np.ndarray:
+        """Gamma(X^i, mu^i, nu_t) (N, d)."""
+        return self._field(law, t, np.asarray(X, dtype=np.float64))[0][0]
+
+    def _check_steps(self, law: HeadLaw, steps: int) -> None:
+        segments = max(law.n_nodes - 1, 1)
+        if not isinstance(steps, (int, np.integer)) or steps < 1 or steps % segments:
+            raise ValueError(f"steps must be a positive multiple of n_nodes - 1 = {segments}, got {steps!r}")
+
+    def forward(self, X0: Any, law: HeadLaw, steps: int) -> RK4Result:
+        """RK4 with ``steps`` uniform steps on [0, 1]; trajectory (steps+1, N, d)."""
+        self._check_steps(law, steps)
+        X = np.array(X0, dtype=np.float64)
+        h = 1.0 / steps
+        traj = np.empty((steps + 1,) + X.shape)
+        traj[0] = X
+        for s in range(steps):
+            t = s * h
+            k1 = self.field(law, t, X)
+            k2 = self.field(law, t + h / 2, X + h / 2 * k1)
+            k3 = self.field(law, t + h / 2, X + h / 2 * k2)
+            k4 = self.field(law, t + h, X + h * k3)
+            X = X + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+            traj[s + 1] = X
+        return RK4Result(X, traj, steps)
+
+    def forward_checked(self, X0: Any, law: HeadLaw, steps: int) -> RK4Result:
+        """RK4 at ``steps`` and ``2*steps``; returns the finer solution with the Richardson error
+        estimate max_i |X_h - X_{h/2}| / 15 (order 4)."""
+        coarse = self.forward(X0, law, steps)
+        fine = self.forward(X0, law, 2 * steps)
+        fine.error_estimate = float(np.abs(fine.final - coarse.final).max() / 15.0)
+        return fine
+
+    def _backward_rhs(self, law: HeadLaw, t: float, X: np.ndarray, P: np.ndarray):
+        (F, cache), th = self._field(law, t, X)
+        xbar, *dth = self.layer.vjp(X, th["Q"], th["K"], th["V"], th["O"], law.weights, cache, P)
+        phi = law.hat(t)
+        N = X.shape[0]
+        G = {k: np.einsum("n,a...->na...", phi, g) / N for k, g in zip(PARAM_NAMES, dth)}
+        return -F, xbar, G
+
+    def adjoint(self, X1: Any, P1: Any, law: HeadLaw, steps: int):
+        """Integrate (X, P, node gradients) backward from t = 1 by RK4 (X re-integrated backward).
+
+        Returns (X_0 reconstructed, P_0, node gradients dict (n_nodes, A, ...)), with
+        dJ/dtheta_{n,a} = int phi_n(t) (1/N) sum_i d_theta gamma^T w_a P_t^i dt.
+        """
+        self._check_steps(law, steps)
+        X, P = np.array(X1, dtype=np.float64), np.array(P1, dtype=np.float64)
+        grads = {k: np.zeros_like(v) for k, v in law.params.items()}
+        h = 1.0 / steps
+        for s in range(steps, 0, -1):
+            t = s * h
+            # d/ds of (X, P) with s = 1 - t: (-F, +vjp); RK4 in the reversed time
+            a1, b1, g1 = self._backward_rhs(law, t, X, P)
+            a2, b2, g2 = self._backward_rhs(law, t - h / 2, X + h / 2 * a1, P + h / 2 * b1)
+            a3, b3, g3 = self._backward_rhs(law, t - h / 2, X + h / 2 * a2, P + h / 2 * b2)
+            a4, b4, g4 = self._backward_rhs(law, t - h, X + h * a3, P + h * b3)
+            X = X + h / 6 * (a1 + 2 * a2 + 2 * a3 + a4)
+            P = P + h / 6 * (b1 + 2 * b2 + 2 * b3 + b4)
+            for k in grads:
+                grads[k] += h / 6 * (g1[k] + 2 * g2[k] + 2 * g3[k] + g4[k])
+        return X, P, grads
+
+    def loss_and_grad(self, X0: Any, law: HeadLaw, loss: Any, steps: int):
+        """(J, node gradients, P_0 (N-scaled adjoint at t=0), forward RK4Result)."""
+        fwd = self.forward(X0, law, steps)
+        N = fwd.final.shape[0]
+        _, P0, grads = self.adjoint(fwd.final, N * loss.grad(fwd.final), law, steps)
+        return float(loss.value(fwd.final)), grads, P0, fwd
+
+
+def discrete_node_loss_and_grad(model: AttentionTransformer, X0: Any, law: HeadLaw, loss: Any, L: int):
+    """Loss and node gradients of the L-layer model whose layer-r heads are theta_a(r/L) with head
+    weights w_a (exact-expectation mode): dLoss/dtheta_{n,a} = sum_r phi_n(r/L) dLoss/dtheta_{r,a}."""
+    params, w = law.discretise(L, mode="exact")
+    value, grads, fwd, adj = model.loss_and_grad(X0, params, loss, head_weights=w)
+    return value, law.node_gradients(grads), adj
+
+
+@dataclass
+class TrainingHistory:
+    """Losses per step (k = 0..K-1, before each update) and the laws after every step (K+1 entries)."""
+
+    losses: list[float] = field(default_factory=list)
+    laws: list[HeadLaw] = field(default_factory=list)
+
+
+def train_adamw(grad_fn: Callable[[HeadLaw], tuple[float, dict]], law: HeadLaw, steps: int, *,
+                lr: float = 1e-2, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                blockwise: bool = False) -> TrainingHistory:
+    """K AdamW (or BlockwiseAdamW, one block per (node, atom) matrix) steps on the node parameters.
+
+    ``grad_fn(law) -> (loss, node gradients)``, e.g. ``lambda nu: mf.loss_and_grad(X0, nu, loss, S)[:2]``
+    (the limit) or ``lambda nu: discrete_node_loss_and_grad(model, X0, nu, loss, L)[:2]`` (the network).
+    """
+    opt = (BlockwiseAdamW(law.params, lr, betas, eps, weight_decay, block_axes=2) if blockwise
+           else AdamW(law.params, lr, betas, eps, weight_decay))
+    hist = TrainingHistory(laws=[law])
+    for _ in range(steps):
+        value, grads = grad_fn(law)
+        hist.losses.append(value)
+        law = law.with_params(opt.step(grads))
+        hist.laws.append(law)
+    return hist

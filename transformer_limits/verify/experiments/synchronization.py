@@ -1,0 +1,182 @@
+"""Paper B, Theorem 1.4: synchronisation by noise (experiment ``synchronization``).
+
+Claim (THEORY.md §2.6): under Assumption 1 (λ̄ = (d−1)k'(1) − (d−3)k(1) < 0) and Assumption 2
+(ε = 0 for attractive attention with Q^TK = βI, V = I),
+``E[E_β(μ_t)] ≤ exp((ε + λ̄') t) E[E_β(μ_0)]`` with ``λ̄' = −min_{[−1,1]} F < 0`` taken from the
+derivation ``lyapunov`` (value ``lambda_bar_prime``).
+
+Simulation: N tokens, the limit SDE with the field sampled exactly in law at the token positions
+(projected Euler–Maruyama, :class:`~transformer_limits.numeric.common_noise_sde.CommonNoiseSDE`),
+E_β(μ^N_t) recorded at ``n_eval`` times; the decay rate r is the OLS slope of log E[E_β(μ_t)] in t,
+fitted with :func:`~transformer_limits.verify.rate_fit.fit_power_law` on p = e^t (so the power-law
+exponent *is* the exponential rate; seed bootstrap + t interval, "conservative").
+
+Checks:
+
+* ``decay_rate_bound`` — the theorem's content is a decay bound, so it fails when (a) the claimed
+  rate ε + λ̄' is not negative (the Draft-A typo "λ̄' > 0" / a sign error) or (b) the measured rate is
+  significantly slower than the bound: lower (1 − α) confidence bound of r above ε + λ̄' (one-sided,
+  α = 0.01; ``rate_at_least``).
+* ``sign_change_d3`` — contrast without attention at the same biases: λ̄ changes sign across d = 3
+  (λ̄(d=3) > 0 > λ̄(d=d_sync), from the derivation), and where λ̄ > 0 the energy decays significantly
+  slower: the lower (1 − α) bootstrap bound of r(d=3) − r(d_sync) is > 0 (one-sided; seeds of the
+  two settings are independent, so the difference's bootstrap pairs independent resamples).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+import transformer_limits
+from transformer_limits.numeric.common_noise_sde import CommonNoiseSDE
+from transformer_limits.numeric.sphere_transformer import interaction_energy, uniform_sphere
+from transformer_limits.verify.experiment import (
+    Experiment,
+    ExperimentConfig,
+    ExperimentResult,
+    Figure,
+    register_experiment,
+)
+from transformer_limits.verify.rate_fit import PowerLawFit, fit_power_law
+from transformer_limits.verify.verdicts import Check, rate_at_least
+
+__all__ = ["SETTINGS", "energy_samples", "decay_fit", "decay_rate_check", "sign_change_check", "run"]
+
+ALPHA = 0.01
+
+SETTINGS: dict[str, dict[str, Any]] = {
+    "quick": dict(d_sync=8, d_contrast=3, N=16, T=2.0, n_steps=200, n_eval=9, seeds=32,
+                  activation="relu", sigma_u=0.5, sigma_w=0.5, beta=1.0),
+    "full": dict(d_sync=8, d_contrast=3, N=32, T=3.0, n_steps=600, n_eval=13, seeds=128,
+                 activation="relu", sigma_u=0.5, sigma_w=0.5, beta=1.0),
+}
+
+
+def lyapunov_values(s: dict[str, Any], d: int) -> dict[str, Any]:
+    return transformer_limits.derivation("lyapunov", activation=s["activation"], d=d, sigma_u=s["sigma_u"],
+                                         sigma_w=s["sigma_w"], beta=s["beta"]).values
+
+
+def energy_samples(s: dict[str, Any], d: int, attention: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(times (n_eval,), E_β(μ^N_t) samples (n_eval, seeds))."""
+    sde = CommonNoiseSDE(d, s["activation"], s["sigma_u"], s["sigma_w"], attention=attention, beta=s["beta"])
+    idx = np.linspace(0, s["n_steps"], s["n_eval"]).round().astype(int)
+    out = np.empty((s["n_eval"], s["seeds"]))
+    for j in range(s["seeds"]):
+        rng = np.random.default_rng([seed, d, j])
+        traj = sde.simulate(uniform_sphere(s["N"], d, rng), s["T"], s["n_steps"], rng)
+        out[:, j] = [interaction_energy(traj[k], s["beta"]) for k in idx]
+    return idx * (s["T"] / s["n_steps"]), out
+
+
+def decay_fit(times: np.ndarray, energies: np.ndarray, seed: int = 0) -> PowerLawFit:
+    """log E[E_β] ≈ log C + r t, as a power law in p = e^t (exponent = rate r)."""
+    return fit_power_law({"e^t": np.exp(times)}, energies, window="all", seed=seed)
+
+
+def decay_rate_check(fit: PowerLawFit, bound_rate: float, alpha: float = ALPHA) -> Check:
+    """``decay_rate_bound``: the claimed rate is a decay and the measured rate is not slower."""
+    base = rate_at_least(fit, bound_rate, alpha)
+    sign_ok = bound_rate < 0
+    passed = base.passed and sign_ok
+    notes = [] if sign_ok else [f"claimed rate ε + λ̄' = {bound_rate:.4g} ≥ 0: not a decay bound "
+                                "(Theorem 1.4 gives λ̄' < 0; sign error)"]
+    if not base.passed:
+        notes.append(base.note)
+    st = dict(base.statistics, bound_rate=bound_rate)
+    return Check("decay_rate_bound", f"E[E_β(μ_t)] ≤ exp((ε+λ̄')t) E[E_β(μ_0)], ε+λ̄' = {bound_rate:.4g} < 0",
+                 bound_rate, base.measured, base.ci, passed, st, "; ".join(notes))
+
+
+def sign_change_check(fit_pos: PowerLawFit, fit_neg: PowerLawFit, lambda_bar_pos: float,
+                      lambda_bar_neg: float, alpha: float = ALPHA) -> Check:
+    """``sign_change_d3``: λ̄ > 0 at the contrast setting, < 0 at the synchronising one, and the decay
+    rate is significantly slower where λ̄ > 0 (one-sided bootstrap bound of the rate difference)."""
+    b_pos, b_neg = fit_pos.exponent.bootstrap, fit_neg.exponent.bootstrap
+    n = min(b_pos.size, b_neg.size)
+    diff = b_pos[:n] - b_neg[:n]
+    measured = fit_pos.exponent.value - fit_neg.exponent.value
+    low = float(np.quantile(diff, alpha))
+    signs = lambda_bar_pos > 0 > lambda_bar_neg
+    passed = signs and low > 0
+    note = [] if signs else [f"λ̄ does not change sign: {lambda_bar_pos:.4g} vs {lambda_bar_neg:.4g}"]
+    if low <= 0:
+        note.append(f"decay where λ̄ > 0 not significantly slower (lower bound of r_+ − r_- = {low:.3g})")
+    return Check("sign_change_d3", "λ̄ > 0 (d ≤ 3) ⇒ no guaranteed decay: r(λ̄>0) − r(λ̄<0) > 0", 0.0, measured,
+                 (low, float("inf")), passed,
+                 {"alpha": alpha, "false_failure_rate": alpha, "sides": "one-sided (lower bootstrap bound)",
+                  "method": "percentile (independent seed bootstraps)", "lambda_bar_positive": lambda_bar_pos,
+                  "lambda_bar_negative": lambda_bar_neg, "rate_positive": fit_pos.exponent.value,
+                  "rate_negative": fit_neg.exponent.value}, "; ".join(note))
+
+
+def _figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], bound: float) -> Figure:
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure as MplFigure
+
+    fig = MplFigure(figsize=(6.4, 4.4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    for label, (t, e) in curves.items():
+        mean = e.mean(axis=1)
+        ax.plot(t, mean, "o-", ms=3, label=label)
+        if label.startswith("attractive"):
+            ax.plot(t, mean[0] * np.exp(bound * t), "--", label=f"bound exp((ε+λ̄')t), ε+λ̄' = {bound:.3f}")
+    ax.set_yscale("log")
+    ax.set_xlabel("t")
+    ax.set_ylabel("E[E_β(μ_t)]")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return Figure("synchronization", buf.getvalue(), "Mean interaction energy vs t (log scale) and the bound")
+
+
+def run(config: ExperimentConfig) -> ExperimentResult:
+    s = SETTINGS[config.profile]
+    t0 = time.perf_counter()
+    v_sync, v_con = lyapunov_values(s, s["d_sync"]), lyapunov_values(s, s["d_contrast"])
+    bound = 0.0 + v_sync["lambda_bar_prime"]  # ε = 0 for Q^TK = βI, V = I (Assumption 2)
+    curves = {}
+    fits = {}
+    for key, d, att in (("attractive", s["d_sync"], "attractive"), ("noise_only", s["d_sync"], "none"),
+                        ("noise_only_contrast", s["d_contrast"], "none")):
+        t, e = energy_samples(s, d, att, config.seed)
+        curves[f"{att if att != 'none' else 'no attention'}, d={d}"] = (t, e)
+        fits[key] = decay_fit(t, e, config.seed)
+    checks = [decay_rate_check(fits["attractive"], bound),
+              sign_change_check(fits["noise_only_contrast"], fits["noise_only"], v_con["lambda_bar"],
+                                v_sync["lambda_bar"])]
+    result = ExperimentResult("synchronization", config.profile, checks=checks)
+    result.fits = {k: f.to_dict() for k, f in fits.items()}
+    result.tables = {"lyapunov": [
+        {"d": s["d_sync"], "lambda_bar": v_sync["lambda_bar"], "lambda_bar_prime": v_sync["lambda_bar_prime"],
+         "lambda_1": v_sync["lambda_1"], "rate_attention": fits["attractive"].exponent.value,
+         "rate_noise_only": fits["noise_only"].exponent.value},
+        {"d": s["d_contrast"], "lambda_bar": v_con["lambda_bar"], "lambda_bar_prime": None,
+         "lambda_1": v_con["lambda_1"], "rate_attention": None,
+         "rate_noise_only": fits["noise_only_contrast"].exponent.value}]}
+    result.notes.append(f"bound ε + λ̄' = {bound:.4f} (ε = 0, λ̄' from derivation lyapunov); measured rates: "
+                        + ", ".join(f"{k} {f.exponent.value:.3f}" for k, f in fits.items()))
+    result.figures = [_figure(curves, bound)]
+    result.provenance = {"seed": config.seed, "seconds": time.perf_counter() - t0,
+                         "settings": dict(s)}
+    return result
+
+
+register_experiment(Experiment(
+    name="synchronization",
+    title="Synchronisation by noise: E[E_β(μ_t)] decay vs ε + λ̄' (λ̄ < 0) and the d ≤ 3 contrast",
+    paper="B",
+    claim="λ̄ < 0 ⇒ E[E_β(μ_t)] ≤ exp((ε+λ̄')t) E[E_β(μ_0)], λ̄' = −min F < 0; λ̄ < 0 impossible for d ≤ 3",
+    derivations=("lyapunov", "mlp-kernel"),
+    check_names=("decay_rate_bound", "sign_change_d3"),
+    run=run,
+    budget_s={"quick": 30.0, "full": 600.0},
+))

@@ -1,0 +1,395 @@
+"""Experiment reports: ``results.json``, ``report.md`` (+ PNG figures) and a self-contained ``report.html``.
+
+:func:`write_experiment_report` writes one experiment's folder, :func:`write_index` the index of a
+``report`` run (``index.md``, ``index.html``, ``summary.json``; each experiment lives in
+``out_dir/<name>/``).  Every folder is written through
+:func:`transformer_limits.atomic_write.staged_directory`: files are built in a staging folder and
+moved in with atomic renames only once all of them exist, so a crash never leaves a half-written
+report.  The ``results.json`` schema is documented in ``docs/reports.md``; :func:`results_payload`
+builds it (``verify --format json`` prints the same object).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import math
+import platform
+import re
+import subprocess
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Sequence
+
+from transformer_limits.atomic_write import staged_directory
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.sweep import canonical_json
+from transformer_limits.verify.verdicts import _jsonable
+
+__all__ = [
+    "RESULTS_SCHEMA_VERSION",
+    "config_hash",
+    "environment",
+    "results_payload",
+    "write_experiment_report",
+    "write_index",
+]
+
+RESULTS_SCHEMA_VERSION = 1
+_PACKAGES = ("numpy", "scipy", "sympy", "numba", "matplotlib", "transformer_limits")
+
+
+# ------------------------------------------------------------------------------------------------
+# provenance
+# ------------------------------------------------------------------------------------------------
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@lru_cache(maxsize=1)
+def _git_commit() -> str | None:
+    """``git rev-parse HEAD`` of the checkout holding this package; None outside git (or no git)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = out.stdout.strip()
+    return commit if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", commit) else None
+
+
+@lru_cache(maxsize=1)
+def environment() -> dict[str, Any]:
+    """Versions of Python and the scientific stack, the platform and the git commit (cached)."""
+    from transformer_limits import __version__
+
+    versions = {"python": platform.python_version()}
+    versions.update({p: _version(p) for p in _PACKAGES})
+    versions["transformer_limits"] = versions["transformer_limits"] or __version__
+    return {"versions": versions, "platform": platform.platform(), "git_commit": _git_commit()}
+
+
+def config_hash(experiment: str, config: ExperimentConfig) -> str:
+    """SHA-256 (hex) of the canonical JSON of the experiment name and the result-determining config
+    (profile and seed; workers, scheduler, store and progress change how, not what, is computed)."""
+    key = {"experiment": experiment, "config": {"profile": config.profile, "seed": config.seed}}
+    return hashlib.sha256(canonical_json(key).encode("utf-8")).hexdigest()
+
+
+def _provenance(result: ExperimentResult, experiment: Experiment, config: ExperimentConfig) -> dict:
+    env = environment()
+    prov = dict(result.provenance)
+    prov.setdefault("seeds", {"base": config.seed})
+    prov.setdefault("timings", {})
+    prov.update(versions=env["versions"], platform=env["platform"], git_commit=env["git_commit"],
+                config=config.to_dict(), config_hash=config_hash(experiment.name, config))
+    return prov
+
+
+# ------------------------------------------------------------------------------------------------
+# results.json
+# ------------------------------------------------------------------------------------------------
+
+
+def _figure_file(name: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip(".-") or "figure"
+    return f"{stem}.png"
+
+
+def results_payload(result: ExperimentResult, experiment: Experiment, config: ExperimentConfig) -> dict:
+    """The ``results.json`` object (plain JSON types; NaN and ±inf become ``null``)."""
+    payload = {
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "experiment": experiment.name,
+        "title": experiment.title,
+        "paper": experiment.paper,
+        "claim": experiment.claim,
+        "derivations": list(experiment.derivations),
+        "profile": result.profile,
+        "passed": result.passed,
+        "checks": [c.to_dict() for c in result.checks],
+        "fits": result.fits,
+        "tables": result.tables,
+        "figures": [{"name": f.name, "file": _figure_file(f.name), "caption": f.caption}
+                    for f in result.figures],
+        "notes": list(result.notes),
+        "provenance": _provenance(result, experiment, config),
+    }
+    return _jsonable(payload)
+
+
+def _dumps(payload: Any) -> str:
+    return json.dumps(payload, indent=2, allow_nan=False) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------
+# formatting helpers (shared by Markdown and HTML)
+# ------------------------------------------------------------------------------------------------
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return "—" if not math.isfinite(value) else f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _interval(ci: Sequence[Any]) -> str:
+    low, high = ci
+    return f"[{'-inf' if low is None else _fmt(low)}, {'inf' if high is None else _fmt(high)}]"
+
+
+def _check_rows(checks: list[dict]) -> tuple[list[str], list[list[str]], list[bool]]:
+    head = ["check", "verdict", "claim", "expected", "measured", "CI", "α", "note"]
+    rows = [[c["name"], "pass" if c["passed"] else "FAIL", c["claim"], _fmt(c["expected"]),
+             _fmt(c["measured"]), _interval(c["ci"]), _fmt(c.get("statistics", {}).get("alpha")),
+             c.get("note", "")] for c in checks]
+    return head, rows, [c["passed"] for c in checks]
+
+
+def _table_columns(rows: list[dict]) -> list[str]:
+    cols: list[str] = []
+    for row in rows:
+        cols.extend(k for k in row if k not in cols)
+    return cols
+
+
+def _fit_summary(fit: Any) -> str:
+    """One line for a fit dict with ``exponent`` (and ``exponent_ci``), else compact JSON."""
+    if isinstance(fit, dict) and "exponent" in fit:
+        text = f"exponent {_fmt(fit['exponent'])}"
+        if fit.get("exponent_ci"):
+            conf = fit.get("confidence")
+            text += (f", {conf:.0%} CI " if isinstance(conf, (int, float)) else ", CI ") \
+                + _interval(fit["exponent_ci"])
+        if "constant" in fit:
+            text += f"; constant {_fmt(fit['constant'])}"
+        return text
+    return json.dumps(fit, default=str)
+
+
+def _md_escape(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _summary_line(payload: dict) -> str:
+    n_pass = sum(c["passed"] for c in payload["checks"])
+    run_s = payload["provenance"].get("timings", {}).get("run_s")
+    when = f", {run_s:.1f} s" if isinstance(run_s, (int, float)) else ""
+    return (f"{'PASS' if payload['passed'] else 'FAIL'} — {n_pass}/{len(payload['checks'])} checks "
+            f"passed (profile {payload['profile']}{when})")
+
+
+# ------------------------------------------------------------------------------------------------
+# report.md
+# ------------------------------------------------------------------------------------------------
+
+
+def _markdown(payload: dict) -> str:
+    out = [f"# {payload['title']} (`{payload['experiment']}`)", "",
+           f"**{_summary_line(payload)}** · paper {payload['paper']}", "",
+           "## Claim", "", payload["claim"], ""]
+    if payload["derivations"]:
+        out += ["## Derivations", ""]
+        out += [f"- [{d}](docs/derivations/{d}.md)" for d in payload["derivations"]] + [""]
+    head, rows, _ = _check_rows(payload["checks"])
+    out += ["## Checks", ""] + _md_table(head, rows) + [""]
+    if payload["fits"]:
+        out += ["## Fits", ""] + [f"- **{k}**: {_fit_summary(v)}" for k, v in payload["fits"].items()] + [""]
+    for name, rows_ in payload["tables"].items():
+        cols = _table_columns(rows_)
+        out += [f"## Table: {name}", ""]
+        out += _md_table(cols, [[_fmt(r.get(c)) for c in cols] for r in rows_]) + [""]
+    if payload["figures"]:
+        out += ["## Figures", ""]
+        for fig in payload["figures"]:
+            out += [f"![{fig['caption']}]({fig['file']})", "", f"*{fig['caption']}*", ""]
+    if payload["notes"]:
+        out += ["## Notes", ""]
+        for note in payload["notes"]:
+            out += (["```", note.rstrip(), "```"] if "\n" in note else [f"- {note}"])
+        out += [""]
+    prov = payload["provenance"]
+    out += ["## Provenance", "",
+            f"- config hash `{prov['config_hash']}`; config `{json.dumps(prov['config'])}`",
+            f"- seeds `{json.dumps(prov.get('seeds'))}`",
+            f"- git commit `{prov.get('git_commit') or 'not in a git checkout'}`",
+            "- versions " + ", ".join(f"{k} {v}" for k, v in prov["versions"].items()),
+            f"- timings `{json.dumps(prov.get('timings'))}`",
+            "", "Full data: `results.json`.", ""]
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# report.html (self-contained)
+# ------------------------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
+padding:0 1em;color:#222;line-height:1.45}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.88em}
+th,td{border:1px solid #ccc;padding:.3em .55em;text-align:left;vertical-align:top}
+th{background:#f3f3f3}tr.pass td{background:#eaf7ea}tr.fail td{background:#fbe3e3}
+.verdict{display:inline-block;padding:.2em .6em;border-radius:4px;font-weight:bold;color:#fff}
+.verdict.pass{background:#2e7d32}.verdict.fail{background:#c62828}
+pre{background:#f7f7f7;border:1px solid #e2e2e2;padding:.6em;overflow-x:auto;font-size:.85em}
+figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{font-style:italic;font-size:.9em}
+code{background:#f3f3f3;padding:0 .2em}.small{font-size:.85em;color:#555}
+"""
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _html_table(head: list[str], rows: list[list[str]], classes: list[str] | None = None) -> str:
+    out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
+    for i, row in enumerate(rows):
+        cls = f' class="{classes[i]}"' if classes else ""
+        out.append(f"<tr{cls}>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>")
+    return "".join(out) + "</table>"
+
+
+def _html_page(title: str, body: list[str]) -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def _verdict_badge(passed: bool, text: str) -> str:
+    return f'<span class="verdict {"pass" if passed else "fail"}">{_e(text)}</span>'
+
+
+def _html(payload: dict, pngs: dict[str, bytes]) -> str:
+    body = [f"<h1>{_e(payload['title'])} (<code>{_e(payload['experiment'])}</code>)</h1>",
+            f"<p>{_verdict_badge(payload['passed'], _summary_line(payload))} "
+            f"<span class=\"small\">paper {_e(payload['paper'])}</span></p>",
+            "<h2>Claim</h2>", f"<p>{_e(payload['claim'])}</p>"]
+    if payload["derivations"]:
+        body += ["<h2>Derivations</h2>", "<ul>"] + [
+            f'<li><a href="docs/derivations/{_e(d)}.md">{_e(d)}</a> '
+            f'(<code>transformer-limits derive {_e(d)}</code>)</li>' for d in payload["derivations"]] + ["</ul>"]
+    head, rows, passed = _check_rows(payload["checks"])
+    body += ["<h2>Checks</h2>", _html_table(head, rows, ["pass" if p else "fail" for p in passed])]
+    if payload["fits"]:
+        body += ["<h2>Fits</h2>", "<ul>"] + [
+            f"<li><b>{_e(k)}</b>: {_e(_fit_summary(v))}<details><summary>data</summary>"
+            f"<pre>{_e(json.dumps(v, indent=1))}</pre></details></li>" for k, v in payload["fits"].items()]
+        body.append("</ul>")
+    for name, rows_ in payload["tables"].items():
+        cols = _table_columns(rows_)
+        body += [f"<h2>Table: {_e(name)}</h2>", _html_table(cols, [[_fmt(r.get(c)) for c in cols] for r in rows_])]
+    if payload["figures"]:
+        body.append("<h2>Figures</h2>")
+        for fig in payload["figures"]:
+            data = base64.b64encode(pngs[fig["file"]]).decode("ascii")
+            body.append(f'<figure><img alt="{_e(fig["caption"])}" src="data:image/png;base64,{data}">'
+                        f"<figcaption>{_e(fig['caption'])}</figcaption></figure>")
+    if payload["notes"]:
+        body += ["<h2>Notes</h2>"] + [f"<pre>{_e(n)}</pre>" if "\n" in n else f"<p>{_e(n)}</p>"
+                                      for n in payload["notes"]]
+    body += ["<h2>Provenance</h2>", f"<pre>{_e(json.dumps(payload['provenance'], indent=1))}</pre>"]
+    return _html_page(f"{payload['experiment']}: {payload['title']}", body)
+
+
+# ------------------------------------------------------------------------------------------------
+# writers
+# ------------------------------------------------------------------------------------------------
+
+
+def write_experiment_report(result: ExperimentResult, out_dir: str | Path, experiment: Experiment,
+                            config: ExperimentConfig) -> dict:
+    """Write ``results.json``, ``report.md``, ``report.html`` and one PNG per figure into ``out_dir``.
+
+    All files are staged and moved in together; PNGs left in ``out_dir`` by an earlier report and not
+    written now are removed afterwards.  Returns the ``results.json`` payload.
+    """
+    payload = results_payload(result, experiment, config)
+    pngs = {}
+    for fig, entry in zip(result.figures, payload["figures"]):
+        if entry["file"] in pngs or entry["file"] in ("results.json", "report.md", "report.html"):
+            raise ValueError(f"figure name {fig.name!r} is used twice in {experiment.name}")
+        pngs[entry["file"]] = fig.png
+    out = Path(out_dir)
+    with staged_directory(out) as stage:
+        (stage / "results.json").write_text(_dumps(payload), encoding="utf-8")
+        (stage / "report.md").write_text(_markdown(payload), encoding="utf-8")
+        (stage / "report.html").write_text(_html(payload, pngs), encoding="utf-8")
+        for name, png in pngs.items():
+            (stage / name).write_bytes(png)
+    for stale in out.glob("*.png"):
+        if stale.name not in pngs:
+            stale.unlink(missing_ok=True)
+    return payload
+
+
+def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir: str | Path,
+                profile: str) -> dict:
+    """Write ``index.md``, ``index.html`` and ``summary.json`` for a ``report`` run into ``out_dir``
+    (experiment reports in ``out_dir/<name>/``); returns the ``summary.json`` payload."""
+    entries = []
+    for exp, res in results:
+        run_s = res.provenance.get("timings", {}).get("run_s")
+        entries.append({
+            "name": exp.name, "title": exp.title, "paper": exp.paper, "passed": res.passed,
+            "checks_passed": sum(c.passed for c in res.checks), "checks_total": len(res.checks),
+            "failed_checks": [c.name for c in res.failed_checks], "time_s": run_s,
+            "report": f"{exp.name}/report.md", "html": f"{exp.name}/report.html",
+            "results": f"{exp.name}/results.json",
+        })
+    env = environment()
+    summary = _jsonable({
+        "schema_version": RESULTS_SCHEMA_VERSION, "profile": profile,
+        "passed": all(e["passed"] for e in entries), "n_experiments": len(entries),
+        "n_passed": sum(e["passed"] for e in entries),
+        "total_time_s": sum(e["time_s"] or 0.0 for e in entries),
+        "experiments": entries, "versions": env["versions"], "git_commit": env["git_commit"],
+    })
+    head = ["experiment", "paper", "verdict", "checks", "time (s)", "title"]
+    rows = [[e["name"], e["paper"], "pass" if e["passed"] else "FAIL", f"{e['checks_passed']}/{e['checks_total']}",
+             _fmt(e["time_s"]), e["title"]] for e in entries]
+    verdict = f"{'PASS' if summary['passed'] else 'FAIL'} — {summary['n_passed']}/{len(entries)} experiments " \
+              f"passed (profile {profile}, {summary['total_time_s']:.1f} s)"
+    md = [f"# transformer_limits verification report ({profile})", "", f"**{verdict}**", ""]
+    md += _md_table(head, [[f"[{r[0]}]({r[0]}/report.md)"] + r[1:] for r in rows])
+    md += ["", f"git commit `{env['git_commit'] or 'not in a git checkout'}`; versions "
+           + ", ".join(f"{k} {v}" for k, v in env["versions"].items()), ""]
+    failing = [e for e in entries if not e["passed"]]
+    if failing:
+        md += ["## Failed checks", ""] + [f"- {e['name']}: {', '.join(e['failed_checks'])}" for e in failing] + [""]
+    table = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
+    for e, r in zip(entries, rows):
+        cells = [f'<a href="{_e(e["html"])}">{_e(r[0])}</a>'] + [_e(c) for c in r[1:]]
+        table.append(f'<tr class="{"pass" if e["passed"] else "fail"}">'
+                     + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    body = [f"<h1>transformer_limits verification report ({_e(profile)})</h1>",
+            f"<p>{_verdict_badge(summary['passed'], verdict)}</p>", "".join(table) + "</table>",
+            f"<p class=\"small\">git commit <code>{_e(env['git_commit'] or 'not in a git checkout')}</code>; "
+            + _e(", ".join(f"{k} {v}" for k, v in env["versions"].items())) + "</p>"]
+    with staged_directory(out_dir) as stage:
+        (stage / "summary.json").write_text(_dumps(summary), encoding="utf-8")
+        (stage / "index.md").write_text("\n".join(md), encoding="utf-8")
+        (stage / "index.html").write_text(_html_page(f"verification report ({profile})", body), encoding="utf-8")
+    return summary
