@@ -289,7 +289,7 @@ class OptimizerSpec:
 
     name: str
     lr: float
-    lr_scalar: float = 3e-3
+    lr_scalar: float = 0.03
     weight_decay: float = 0.01
     momentum: float = 0.95
     adamw_betas: tuple[float, float] = (0.9, 0.95)
