@@ -3,8 +3,9 @@
 The pipeline (Devito-style): a derivation yields scalar SymPy expressions; :func:`code_block`
 common-subexpression-eliminates them and prints straight-line statements with one of the printers
 below; backend *loop templates* (e.g. :mod:`transformer_limits.symbolic.attention_kernels`) place
-those blocks inside loops; :func:`write_kernel_source` stores the finished source as a real file in
-the cache folder, keyed by a hash of (expressions, printer, template, versions), so that
+those blocks inside loops; :func:`transformer_limits.kernel_cache.write_source` stores the finished
+source as a real file in the cache folder, named by :func:`source_key` — a hash of (expressions,
+printer, template, versions) — so that
 ``numba.njit(cache=True)`` finds its compiled artifacts again in the next process and a person can
 open the file.
 
@@ -59,44 +60,57 @@ def _prepare(expr: sp.Expr) -> sp.Expr:
     return expr
 
 
-class _ScalarPrinter(PythonCodePrinter):
-    """Python on float scalars; safe inside ``numba.njit`` and ``numba.cuda.jit`` kernels."""
+class _FoldMinMax:
+    """Print n-ary ``Max``/``Min`` as nested calls of a binary function (``max``, ``fmax``, ...)."""
+
+    _max_fn = "max"
+    _min_fn = "min"
+
+    def _fold(self, fn: str, expr) -> str:
+        out, *rest = [self._print(a) for a in expr.args]
+        for a in rest:
+            out = f"{fn}({out}, {a})"
+        return out
 
     def _print_Max(self, expr):
-        args = [self._print(a) for a in expr.args]
-        out = args[0]
-        for a in args[1:]:
-            out = f"max({out}, {a})"
-        return out
+        return self._fold(self._max_fn, expr)
 
     def _print_Min(self, expr):
-        args = [self._print(a) for a in expr.args]
-        out = args[0]
-        for a in args[1:]:
-            out = f"min({out}, {a})"
-        return out
+        return self._fold(self._min_fn, expr)
+
+    def _print_Integer(self, expr):
+        return f"{float(expr)!r}"  # float64 throughout: no integer division anywhere
+
+
+def _print_square(printer, expr) -> str | None:
+    """x**2 -> x*x (exact, and no pow() call in CUDA); None when the exponent is not 2."""
+    base, exp = expr.args
+    if exp != 2:
+        return None
+    b = printer.parenthesize(base, sp.printing.precedence.PRECEDENCE["Mul"])
+    return f"{b}*{b}"
+
+
+class _ScalarPrinter(_FoldMinMax, PythonCodePrinter):
+    """Python on float scalars; safe inside ``numba.njit`` and ``numba.cuda.jit`` kernels."""
 
     def _print_Float(self, expr):
         return repr(float(expr))
 
     def _print_Rational(self, expr):
-        return f"{float(expr)!r}" if expr.q != 1 else f"{float(expr.p)!r}"
-
-    def _print_Integer(self, expr):
         return f"{float(expr)!r}"
 
     def _print_Pow(self, expr, rational=False):
-        base, exp = expr.args
-        if exp == 2:  # x**2 -> x*x: exact, and avoids pow() in CUDA
-            b = self.parenthesize(base, sp.printing.precedence.PRECEDENCE["Mul"])
-            return f"{b}*{b}"
-        if exp == -1:
-            return f"1.0/{self.parenthesize(base, sp.printing.precedence.PRECEDENCE['Pow'])}"
-        return super()._print_Pow(expr, rational=rational)
+        if expr.args[1] == -1:
+            return f"1.0/{self.parenthesize(expr.args[0], sp.printing.precedence.PRECEDENCE['Pow'])}"
+        return _print_square(self, expr) or super()._print_Pow(expr, rational=rational)
 
 
-class _NumpyPrinter(NumPyPrinter):
+class _NumpyPrinter(_FoldMinMax, NumPyPrinter):
     """Vectorised NumPy with ``numpy.where`` for Piecewise (no ``numpy.select``)."""
+
+    _max_fn = "numpy.maximum"
+    _min_fn = "numpy.minimum"
 
     def _print_Piecewise(self, expr):
         *pairs, last = expr.args
@@ -107,53 +121,18 @@ class _NumpyPrinter(NumPyPrinter):
             out = f"numpy.where({self._print(c)}, {self._print(e)}, {out})"
         return out
 
-    def _print_Max(self, expr):
-        args = [self._print(a) for a in expr.args]
-        out = args[0]
-        for a in args[1:]:
-            out = f"numpy.maximum({out}, {a})"
-        return out
-
-    def _print_Min(self, expr):
-        args = [self._print(a) for a in expr.args]
-        out = args[0]
-        for a in args[1:]:
-            out = f"numpy.minimum({out}, {a})"
-        return out
-
-    def _print_Integer(self, expr):
-        return f"{float(expr)!r}"
-
     def _print_Rational(self, expr):
         return f"{float(expr)!r}"
 
     def _print_Pow(self, expr, rational=False):
-        base, exp = expr.args
-        if exp == 2:
-            b = self.parenthesize(base, sp.printing.precedence.PRECEDENCE["Mul"])
-            return f"{b}*{b}"
-        return super()._print_Pow(expr, rational=rational)
+        return _print_square(self, expr) or super()._print_Pow(expr, rational=rational)
 
 
-class _CPrinter(C99CodePrinter):
+class _CPrinter(_FoldMinMax, C99CodePrinter):
     """C99 double-precision code for CUDA C."""
 
-    def _print_Max(self, expr):
-        args = [self._print(a) for a in expr.args]
-        out = args[0]
-        for a in args[1:]:
-            out = f"fmax({out}, {a})"
-        return out
-
-    def _print_Min(self, expr):
-        args = [self._print(a) for a in expr.args]
-        out = args[0]
-        for a in args[1:]:
-            out = f"fmin({out}, {a})"
-        return out
-
-    def _print_Integer(self, expr):
-        return f"{float(expr)!r}"
+    _max_fn = "fmax"
+    _min_fn = "fmin"
 
 
 PRINTERS = {
