@@ -184,6 +184,17 @@ def test_attention_is_permutation_equivariant(seed, N):
     np.testing.assert_allclose(out_perm, out[perm], rtol=1e-12, atol=1e-13)
 
 
+def test_zero_weight_atom_with_the_largest_logit(backend):
+    """mu ignores a zero-weight atom even when its logit dominates (no 0/0 in the softmax)."""
+    Y = np.array([[100.0, 0.0], [0.0, 1.0]])
+    X = np.array([[1.0, 0.0]])
+    kern = attention_kernels(2, 2, 2, backend)
+    A = kern.attention(X, Y, np.eye(2), np.eye(2), np.eye(2), weights=np.array([0.0, 1.0]))
+    np.testing.assert_allclose(A, [[0.0, 1.0]], atol=1e-14)
+    assert np.all(np.isfinite(kern.lions_derivative(X, Y, np.eye(2), np.eye(2), np.eye(2),
+                                                    weights=np.array([0.0, 1.0]))))
+
+
 def test_softmax_is_stable_for_large_logits():
     p = _problem(3, 2, 2, 2, 4, 5, scale=30.0)
     got = attention_kernels(2, 2, 2, "numba").attention(**p)

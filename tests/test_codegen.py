@@ -28,6 +28,8 @@ ACTIVATIONS = {
     "silu": x / (1 + sp.exp(-x)),
     "clip": sp.Min(sp.Max(x, -y), y),
     "tanh_prime": sp.diff(sp.tanh(x), x),
+    "sigmoid_prime": sp.exp(-x) / (1 + sp.exp(-x)) ** 2,  # a squared denominator
+    "inverse_square": 1 / (1 + x**2),
 }
 
 
@@ -36,7 +38,19 @@ def _numpy_truth(a, b):
         "relu": np.maximum(a, 0), "relu_prime": np.where(a > 0, 1.0, np.where(a == 0, 0.5, 0.0)),
         "leaky": np.where(a < 0, 0.1 * a, a), "silu": a / (1 + np.exp(-a)),
         "clip": np.minimum(np.maximum(a, -b), b), "tanh_prime": 1 - np.tanh(a) ** 2,
+        "sigmoid_prime": np.exp(-a) / (1 + np.exp(-a)) ** 2, "inverse_square": 1 / (1 + a**2),
     }
+
+
+@pytest.mark.parametrize("printer", ["numpy", "scalar"])
+def test_squares_in_denominators_keep_their_parentheses(printer):
+    import math
+
+    import numpy  # noqa: F401 - used by the printed numpy code
+
+    a_, x_ = sp.symbols("a x", positive=True)
+    text = print_expr(a_ / x_**2, printer)
+    assert eval(text, {"a": 3.0, "x": 2.0, "math": math, "numpy": np}) == 0.75
 
 
 @pytest.mark.parametrize("printer", ["numpy", "scalar", "c"])

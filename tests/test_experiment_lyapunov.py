@@ -57,6 +57,7 @@ def test_correct_formula_passes_and_draft_a_typo_fails(small_profile):
     config = ExperimentConfig("quick", seed=3)
     right = ly.run(config)
     assert right.passed, right.checks[0]
+    assert [f.name for f in right.figures] == ["lyapunov-z-scores"] and right.figures[0].png[:4] == b"\x89PNG"
     typo = ly.run(config, formula=lambda a, d, s: ly.draft_a_typo_lambda_1(d, s) if a == "relu"
                   else ly.predicted_lambda_1(a, d, s)["lambda_1"])
     check = typo.checks[0]

@@ -409,3 +409,18 @@ def test_resume_after_sigkill_gives_the_uninterrupted_results(tmp_path):
 def test_grid_object_passes_through():
     grid = load_grid(SPEC)
     assert load_grid(grid) is grid and isinstance(grid, Grid)
+
+
+def test_changing_the_seed_base_reruns_points(tmp_path):
+    """Regression: the seed base is part of a point's key, so a new base never reuses old results."""
+    store = tmp_path / "s.sqlite"
+    grid1 = {"grid": {"L": [2], "seed": {"count": 1, "base": 1}}}
+    grid2 = {"grid": {"L": [2], "seed": {"count": 1, "base": 2}}}
+    r1 = run_sweep(_echo_seed, grid1, store, experiment="e", workers=1, progress=False)
+    r2 = run_sweep(_echo_seed, grid2, store, experiment="e", workers=1, progress=False)
+    assert r2.n_run == 1
+    assert r1.records[0].result["seen"] != r2.records[0].result["seen"]
+
+
+def _echo_seed(point):
+    return {"seen": point["seed"]}

@@ -192,3 +192,31 @@ def test_assert_rate_passes_and_fails_with_a_table():
     with pytest.raises(ValueError, match="param is required"):
         assert_rate(L, good, "L^-1 + H^-1")
     assert "used" in format_rate_table(fit_power_law(L, good))
+
+
+def test_a_wrong_claim_cannot_choose_its_own_window():
+    """Regression: a claim steeper than the truth used to trim the finest levels until its CI was
+    wide enough to contain it.  Data decay like L^-1/2; claims of L^-2 must fail."""
+    from transformer_limits.verify.rate_fit import fit_power_law
+    from transformer_limits.verify.verdicts import exponent_equals, rate_at_least
+
+    rng = np.random.default_rng(0)
+    L = 2.0 ** np.arange(2, 10)
+    errors = L[:, None] ** -0.5 * np.exp(0.05 * rng.normal(size=(L.size, 8)))
+    fit = fit_power_law(L, errors, expected=-2.0, seed=0)
+    assert len(fit.window.used) == L.size
+    assert not exponent_equals(fit, -2.0).passed
+    assert not rate_at_least(fit, -2.0).passed
+
+
+def test_claims_with_a_log_factor_are_refused_not_misjudged():
+    from transformer_limits.verify.rate_fit import fit_power_law
+    from transformer_limits.verify.verdicts import rate_at_least
+
+    L = 2.0 ** np.arange(3, 11)
+    errors = (np.log(L) / L)[:, None] * np.exp(0.05 * np.random.default_rng(1).normal(size=(L.size, 8)))
+    fit = fit_power_law(L, errors, param="L", seed=0)
+    with pytest.raises(ValueError, match="log factor"):
+        rate_at_least(fit, "log(L)/L")
+    # dividing out the log factor makes the pure power testable, and the true claim passes
+    assert rate_at_least(fit_power_law(L, errors / np.log(L)[:, None], param="L", seed=0), -1.0).passed

@@ -16,12 +16,19 @@ from typing import Iterator
 __all__ = ["atomic_write_text", "atomic_write_bytes", "staged_directory"]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (temp file in the same folder + ``os.replace``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -47,8 +54,9 @@ def staged_directory(out_dir: str | os.PathLike) -> Iterator[Path]:
     exception inside the block leaves ``out_dir`` exactly as it was.
     """
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {str(out)!r} exists and is not a directory")
+    for folder in (out, *out.parents):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"--out {str(out)!r}: {str(folder)!r} exists and is not a directory")
     parent = out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.stage.", dir=parent))

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import json
 import pkgutil
+import sqlite3
 import sys
 from typing import Any, Sequence
 
@@ -70,7 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args) or EXIT_OK)
     except CheckFailed:
         return EXIT_CHECK_FAILED
-    except (UsageError, ValueError, FileNotFoundError) as exc:
+    except (UsageError, ValueError, OSError, sqlite3.DatabaseError) as exc:
+        # bad input: unknown names, impossible values, unreadable/unwritable paths, a --store that
+        # is not a SQLite file
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"transformer-limits: error: {msg}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -14,7 +14,7 @@ __all__ = ["attention_reference", "jacobian_reference", "lions_reference", "flat
 def _softmax_weights(X, Y, Q, K, w):
     """P[i, j] = w_j pi_mu(x_i, y_j) (rows sum to one) and p[i, j] = pi_mu(x_i, y_j)."""
     logits = (X @ Q.T) @ (Y @ K.T).T  # <Q x_i, K y_j>, two BLAS calls
-    m = logits.max(axis=1, keepdims=True)
+    m = np.where(w[None, :] > 0, logits, -np.inf).max(axis=1, keepdims=True)
     e = np.exp(logits - m)
     Z = (e * w[None, :]).sum(axis=1, keepdims=True)
     p = e / Z

@@ -282,7 +282,8 @@ class OptimizerSpec:
     """Hyper-parameters of one run's optimizers (THEORY.md §3.8; toy-scale learning rates).
 
     ``name``: one of :data:`OPTIMIZER_NAMES`; ``lr``: matrix lr (0.02 for Muon/NorMuon/Dion,
-    3e-3 for AdamW in the paper); ``lr_scalar``: Lion's embedding lr (head: ``lr_scalar/√d_model``);
+    3e-3 for AdamW in the paper); ``lr_scalar``: Lion's embedding lr (head: ``lr_scalar/√d_model``;
+    0.03 is a toy-scale choice — the paper does not state it);
     ``weight_decay`` 0.01 on the block matrices; ``momentum`` μ = 0.95; AdamW betas (0.9, 0.95);
     Lion betas (0.95, 0.98).
     """

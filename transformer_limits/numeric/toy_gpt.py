@@ -33,9 +33,8 @@ split by the stratum of the **input** token of each row and accumulated in float
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -443,7 +442,7 @@ def train_toy_gpt(cfg: ToyRunConfig) -> ToyRunResult:
     torch.manual_seed(cfg.seed)
     model = ToyGPT(mcfg)
     blocks, embed, head = model.parameter_groups()
-    spec = OptimizerSpec(**{**asdict(cfg.optimizer), "seed": cfg.seed})
+    spec = replace(cfg.optimizer, seed=cfg.seed)
     opt = build_optimizer(spec, blocks, embed, head, mcfg.d_model)
     data = torch.from_numpy(train_tokens)
     history: list[tuple[int, float]] = []

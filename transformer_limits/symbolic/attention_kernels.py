@@ -98,7 +98,8 @@ def _py_scalar_bodies(b: _Blocks) -> dict[str, tuple[list[str], list[str]]]:
         return _py_loads("k", d_k, "KF", j) + b.logit.lines(P)
 
     fwd = (_py_loads("x", d, "X", "i") + b.q.lines(P) + ["m = -math.inf", "for j in range(M):"]
-           + ["    " + s for s in logit_at("j")] + ["    if logit > m:", "        m = logit"]
+           + ["    " + s for s in logit_at("j")] + ["    if w[j] > 0.0 and logit > m:  # zero-weight atoms must not set the shift",
+              "        m = logit"]
            + ["s = 0.0"] + [f"acc_{c} = 0.0" for c in range(d_v)] + ["for j in range(M):"]
            + ["    " + s for s in logit_at("j")]
            + ["    e = w[j] * math.exp(logit - m)", "    s += e"]
@@ -196,7 +197,8 @@ def _source_numpy(b: _Blocks) -> str:
            f"def {_NAMES['forward']}(X, w, Q, K, V, KF, VF):",
            '    """A (N, d_v) and log Z (N,) by a max-shifted softmax over the M atoms."""',
            "    logit = _logits(X, Q, K, V, KF)",
-           "    m = logit.max(axis=1, keepdims=True)",
+           "    # zero-weight atoms must not set the shift (their exponentials could underflow Z to 0)",
+           "    m = numpy.where(w[None, :] > 0, logit, -numpy.inf).max(axis=1, keepdims=True)",
            "    e = w[None, :] * numpy.exp(logit - m)",
            "    s = e.sum(axis=1)",
            "    A = (e @ VF) / s[:, None]",
@@ -252,7 +254,8 @@ def _c_bodies(b: _Blocks) -> dict[str, str]:
     head_i = ["const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;", "if (i >= N) return;"]
     fwd = (head_i + params + loads("x", d, "X", "i", d) + b.q.lines(P, declare=decl)
            + ["double m = -INFINITY;", "for (long long j = 0; j < M; ++j) {"]
-           + ["    " + s for s in logit_at()] + ["    m = fmax(m, logit);", "}", "double s = 0.0;"]
+           + ["    " + s for s in logit_at()] + ["    if (w[j] > 0.0) m = fmax(m, logit);  // zero-weight atoms must not set the shift", "}",
+              "double s = 0.0;"]
            + [f"double acc_{c} = 0.0;" for c in range(d_v)] + ["for (long long j = 0; j < M; ++j) {"]
            + ["    " + s for s in logit_at()]
            + ["    const double e = w[j] * exp(logit - m);", "    s += e;"]

@@ -88,7 +88,7 @@ def _print_square(printer, expr) -> str | None:
     if exp != 2:
         return None
     b = printer.parenthesize(base, sp.printing.precedence.PRECEDENCE["Mul"])
-    return f"{b}*{b}"
+    return f"({b}*{b})"  # parenthesised: a/x**2 must not become a/x*x
 
 
 class _ScalarPrinter(_FoldMinMax, PythonCodePrinter):

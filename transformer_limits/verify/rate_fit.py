@@ -421,9 +421,11 @@ def _choose_window(p: np.ndarray, reps: _Replicates, *, expected: float | None, 
             raise ValueError(
                 f"noise_floor: fewer than 2 levels have errors above {floor_margin:g} x {noise_floor:.3g}")
 
-    # 2. stalled tail (plateau): the finest errors stop decreasing at the reference rate.
+    # 2. stalled tail (plateau): the finest errors stop decreasing at the reference rate.  The
+    #    reference is the data's own median local order, never the claim: a wrong claim must not be
+    #    able to trim the data until only a confirming (wide) window is left.
     q, _ = orders(used)
-    reference = float(expected) if expected is not None else float(np.median(q))
+    reference = float(np.median(q))
     if reference >= 0:
         reasons.append(f"reference order {reference:.3g} is not a decay; no plateau/pre-asymptotic trimming")
         return AsymptoticWindow(tuple(used), excluded, tuple(reasons), reference)
@@ -486,8 +488,8 @@ def choose_asymptotic_window(params: Any, errors: Any, *, expected: float | None
        (*pre-asymptotic*: local orders still drifting) or the finest one (*approaching a plateau*),
        whichever leaves the smaller residual sum of squares.
 
-    The reference order of rule 2 is ``expected`` (the claimed exponent) when given, otherwise the
-    median local order; rule 3 does not look at the claim at all.  Rules 2–3 never go below
+    The reference order of rule 2 is the data's median local order; ``expected`` (the claim) is
+    recorded but never used to choose levels, and rule 3 does not look at the claim at all.  Rules 2–3 never go below
     ``min_levels`` (3) levels.  Data that follow a straight line at a wrong rate are not trimmed by
     rule 3 (no curvature), so a wrong claim cannot select its own confirming window.
     """
@@ -748,6 +750,9 @@ def fit_rate_claim(
     design = claim.evaluate_terms(params_table)
     n_points = design.shape[0]
     e = _as_errors(errors, n_points)
+    if e.shape[1] < 2:
+        raise ValueError("errors: a multi-term fit needs at least 2 seeds per point (its confidence "
+                         "intervals come from resampling seeds)")
     if n_points < len(claim.terms):
         raise ValueError(f"params_table: {n_points} points cannot determine {len(claim.terms)} constants")
     reps = _replicates(e, n_boot, seed, resample, aggregate)

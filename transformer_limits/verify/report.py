@@ -369,7 +369,7 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
     })
     head = ["experiment", "paper", "verdict", "checks", "time (s)", "title"]
     rows = [[e["name"], e["paper"], "pass" if e["passed"] else "FAIL", f"{e['checks_passed']}/{e['checks_total']}",
-             _fmt(e["time_s"]), e["title"]] for e in entries]
+             "—" if e["time_s"] is None else f"{e['time_s']:.1f}", e["title"]] for e in entries]
     verdict = f"{'PASS' if summary['passed'] else 'FAIL'} — {summary['n_passed']}/{len(entries)} experiments " \
               f"passed (profile {profile}, {summary['total_time_s']:.1f} s)"
     md = [f"# transformer_limits verification report ({profile})", "", f"**{verdict}**", ""]

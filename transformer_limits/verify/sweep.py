@@ -241,7 +241,9 @@ class Grid:
             params = dict(base)
             for f in seeds:
                 params[f.seed_name] = derive_seed(f.seed_base, base, f.seed_name)
-            out.append(GridPoint(index=index, key=canonical_json(base), params=params))
+            # the seed bases belong to the key: another base is another point, never a stale hit
+            key = dict(base, **{f"{f.seed_name}_base": f.seed_base for f in seeds})
+            out.append(GridPoint(index=index, key=canonical_json(key), params=params))
         return out
 
     def points(self) -> list[dict[str, Any]]:

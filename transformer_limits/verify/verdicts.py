@@ -154,6 +154,14 @@ def _claim_exponent(fit: PowerLawFit, claimed: float | str | RateClaim) -> tuple
         param = fit.param
         if param not in claimed.parameters and len(claimed.parameters) == 1:
             param = claimed.parameters[0]  # a fit of unnamed levels against a one-parameter claim
+        term = claimed.leading_term(param)
+        if term.log_powers.get(param):
+            # a power-law fit of log(p)^k p^q data has a finite-range slope q + k/log p, not q:
+            # testing it against q would fail true claims
+            raise ValueError(
+                f"claimed: the slowest term of {claimed.expression()!r} in {param} has a log factor; "
+                f"divide the errors by log({param})^{term.log_powers[param]} and claim the pure power, "
+                "or fit the claim with fit_rate_claim")
         q = claimed.leading_exponent(param)
         return float(q), f"{claimed.expression()} (slowest term in {param}: {param}^{q})"
     return float(claimed), f"err ~ {fit.param}^{float(claimed):g}"

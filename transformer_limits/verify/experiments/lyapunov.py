@@ -26,6 +26,7 @@ mean over ≥ 512 chains and the O(Δt²) residual bias.
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -38,12 +39,13 @@ from transformer_limits.verify.experiment import (
     Experiment,
     ExperimentConfig,
     ExperimentResult,
+    Figure,
     register_experiment,
     run_points,
 )
 from transformer_limits.verify.verdicts import Check
 
-__all__ = ["FWER", "PAPER_TABLE", "PROFILES", "LyapunovEstimateR", "lyapunov_z_test", "predicted_lambda_1",
+__all__ = ["FWER", "PAPER_TABLE", "PROFILES", "Profile", "LyapunovEstimateR", "lyapunov_z_test", "predicted_lambda_1",
            "draft_a_typo_lambda_1", "richardson", "simulate_point", "run"]
 
 #: family-wise false-failure rate of ``lyapunov_agrees``
@@ -159,6 +161,31 @@ def simulate_point(point: dict) -> dict:
     return {"estimate": r.estimate, "standard_error": r.standard_error, "dt": dt}
 
 
+def _agreement_figure(z: np.ndarray, labels: Sequence[str], z_crit: float) -> Figure:
+    """z-score of the simulated λ_1 per setting with the Bonferroni acceptance band ±z*."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure as MplFigure
+
+    fig = MplFigure(figsize=(max(6.4, 0.25 * len(labels) + 2), 4.4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    idx = np.arange(len(labels))
+    ax.axhspan(-z_crit, z_crit, color="#2ca02c", alpha=0.12, label=f"accept: |z| ≤ {z_crit:.2f} (Bonferroni)")
+    ax.plot(idx, z, "o", color="#1f77b4", label="z = (λ_R − λ_1) / SE_R")
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xticks(idx, labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("z-score")
+    ax.set_ylim(min(-z_crit, float(np.min(z))) * 1.2, max(z_crit, float(np.max(z))) * 1.2)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return Figure("lyapunov-z-scores", buf.getvalue(),
+                  "z-scores of the Richardson-extrapolated simulated λ_1 against the formula, per setting; "
+                  "the band is the Bonferroni acceptance region at family-wise false-failure rate 0.01.")
+
+
 def _paper_rows() -> list[dict]:
     rows = []
     for d, sigma, *printed in PAPER_TABLE:
@@ -208,7 +235,8 @@ def run(config: ExperimentConfig, *, formula: Callable[[str, int, float], float]
     paper = _paper_rows()
     result.tables["paper_table_relu"] = paper
     biases = np.array([abs(e.fine - e.coarse) for e in estimates])
-    result.fits["richardson"] = {"max_abs_coarse_minus_fine": float(biases.max()),
+    result.figures.append(_agreement_figure(z, labels, check.statistics["z_critical"]))
+    result.fits["richardson_extrapolation"] = {"max_abs_coarse_minus_fine": float(biases.max()),
                                  "max_se": float(max(e.standard_error for e in estimates)),
                                  "eps": prof.eps, "chains": prof.chains, "steps": prof.steps, "width": prof.width}
     result.notes += [

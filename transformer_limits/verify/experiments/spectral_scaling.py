@@ -30,6 +30,7 @@ faster one-thread-per-core than with intra-op threads).
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import math
 import multiprocessing
@@ -296,23 +297,25 @@ def _renyi_figure(runs: list[dict], width: int) -> bytes:
 # ------------------------------------------------------------------------------------------------
 
 
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
 def _fmt_ci(lo: float, hi: float) -> str:
     return f"[{lo:.2f}, {hi:.2f}]"
 
 
 def run(config: ExperimentConfig) -> ExperimentResult:
     """Train the grid of ``config.profile``, fit the β, decide the checks, draw the figures."""
-    try:
-        import torch
-    except ImportError:
-        raise ValueError("spectral-scaling needs PyTorch: pip install 'transformer_limits[train]'") from None
+    if importlib.util.find_spec("torch") is None:  # fail early, before any work
+        raise ValueError("spectral-scaling needs PyTorch: pip install 'transformer_limits[train]'")
     return run_grid(GRIDS[config.profile], config)
 
 
 def run_grid(grid: Grid, config: ExperimentConfig) -> ExperimentResult:
     """:func:`run` on an explicit :class:`Grid` (``config.profile`` only labels the result)."""
-    import torch
-
     processes = max(2, config.workers)
     start = time.perf_counter()
     runs = _run_grid(grid, config.seed, processes, config.progress)
@@ -391,10 +394,10 @@ def run_grid(grid: Grid, config: ExperimentConfig) -> ExperimentResult:
         verdict = ("reproduced (supported)" if c.statistics["supported"] else
                    "NOT reproduced: the opposite ordering is significant" if not c.passed else
                    "not established at this scale (interval contains 0)")
-        result.notes.append(f"{c.name}: {parts} (conservative {1 - c.statistics['per_pair_level']:.3g} "
-                            f"two-sided-equivalent bounds) — {verdict}.")
+        result.notes.append(f"{c.name}: {parts} (conservative bounds, each one-sided at confidence "
+                            f"{1 - c.statistics['per_pair_level']:.3g}) — {verdict}.")
     result.provenance = dict(grid=dict(grid.__dict__), optimizers=list(OPTIMIZERS), base_seed=config.seed,
-                             processes=processes, torch_threads_per_process=1, torch_version=torch.__version__,
+                             processes=processes, torch_threads_per_process=1, torch_version=_torch_version(),
                              train_seconds=train_seconds, total_seconds=time.perf_counter() - start,
                              run_seconds=[r["summary"]["seconds"] for r in runs],
                              strata_types=runs[0]["strata_types"], strata_share=runs[0]["strata_share"],
