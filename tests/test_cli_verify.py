@@ -156,8 +156,12 @@ def test_report_unknown_only_is_bad_input(dummies, tmp_path, capsys):
     assert CALLS == [] and not (tmp_path / "r").exists()
 
 
-def test_crash_while_writing_the_report_leaves_nothing_half_written(dummies, tmp_path, monkeypatch):
+def test_crash_while_writing_the_report_leaves_nothing_half_written(dummies, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(report_mod, "_html", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
-    with pytest.raises(OSError, match="disk full"):
+    assert main(["verify", "dummy-pass", "--out", str(tmp_path / "r")]) == 2  # OSError: one line, exit 2
+    assert "disk full" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(report_mod, "_html", lambda *a: (_ for _ in ()).throw(RuntimeError("bug")))
+    with pytest.raises(RuntimeError, match="bug"):
         main(["verify", "dummy-pass", "--out", str(tmp_path / "r")])
     assert list(tmp_path.iterdir()) == []

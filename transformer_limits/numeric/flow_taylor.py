@@ -33,17 +33,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
 from transformer_limits import kernel_cache
 from transformer_limits.numeric.attention import attention_kernels
-from transformer_limits.verify.taylor import TaylorResult, taylor_test
+
+if TYPE_CHECKING:
+    from transformer_limits.verify.taylor import TaylorResult
 
 __all__ = ["FrozenHeads", "WRONG_EXPANSIONS", "frozen_heads", "mv_field", "first_variation", "second_variation",
            "flow_taylor_coefficients", "flow_taylor_expansion", "reference_flow", "random_flow_instance",
-           "flow_taylor_problem", "flow_taylor_remainder_rates"]
+           "flow_taylor_problem", "flow_expansion_builder", "flow_taylor_remainder_rates"]
 
 #: deliberately wrong expansions (each must fail the rate test at the orders it touches)
 WRONG_EXPANSIONS = {
@@ -227,16 +229,22 @@ def reference_flow(X: Any, law_or_params: Any, h: float, *, steps: int = 32, bac
 
 
 def random_flow_instance(rng: np.random.Generator, *, n_particles: int = 3, d: int = 2, d_k: int = 2,
-                         d_v: int = 2, n_heads: int = 2) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """X (N, d) standard normal and head atoms with O(1) logits and field (Dirichlet weights)."""
+                         d_v: int = 2, n_heads: int = 2, radius: float = 1.0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """X (N, d) standard normal and head atoms in S(R_theta) with R_theta = ``radius``: Gaussian Q, K, V, O
+    rescaled to operator norm ``radius`` (so ||Q^T K||, ||O V|| <= radius^2 and the field and its
+    derivatives are O(1) on the scale of X); Dirichlet weights."""
     for name, val in (("n_particles", n_particles), ("d", d), ("d_k", d_k), ("d_v", d_v), ("n_heads", n_heads)):
         if not isinstance(val, (int, np.integer)) or val < 1:
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
+    if not radius > 0:
+        raise ValueError(f"radius must be positive, got {radius!r}")
     X = rng.standard_normal((n_particles, d))
-    A = n_heads
-    params = {"Q": rng.standard_normal((A, d_k, d)) / np.sqrt(d), "K": rng.standard_normal((A, d_k, d)) / np.sqrt(d),
-              "V": rng.standard_normal((A, d_v, d)) / np.sqrt(d), "O": rng.standard_normal((A, d, d_v)) / np.sqrt(d_v),
-              "weights": rng.dirichlet(np.ones(A))}
+    shapes = {"Q": (d_k, d), "K": (d_k, d), "V": (d_v, d), "O": (d, d_v)}
+    params = {}
+    for name, shape in shapes.items():
+        M = rng.standard_normal((n_heads, *shape))
+        params[name] = radius * M / np.linalg.norm(M, ord=2, axis=(1, 2))[:, None, None]
+    params["weights"] = rng.dirichlet(np.ones(n_heads))
     return X, params
 
 
@@ -260,6 +268,21 @@ def flow_taylor_problem(X: Any, law_or_params: Any, order: int = 3, *, wrong: st
     return f, np.zeros(1), np.ones(1), coeffs
 
 
+def flow_expansion_builder(order: int, *, wrong: str | None = None, n_heads: int = 2,
+                           reference_steps: int = 32) -> Callable[[Any, np.random.Generator], Problem]:
+    """``build(case, rng) -> (f, x, dx, coefficients)`` for a Taylor-expansion registry such as
+    ``verify.experiments.lions_taylor.EXPANSIONS``: ``case`` needs ``d``, ``d_k``, ``d_v`` and
+    ``n_atoms`` (the number N of particles); the instance is drawn by :func:`random_flow_instance`."""
+    order = _check_order(order)
+
+    def build(case: Any, rng: np.random.Generator) -> Problem:
+        X, params = random_flow_instance(rng, n_particles=case.n_atoms, d=case.d, d_k=case.d_k, d_v=case.d_v,
+                                         n_heads=n_heads)
+        return flow_taylor_problem(X, params, order, wrong=wrong, reference_steps=reference_steps)
+
+    return build
+
+
 def flow_taylor_remainder_rates(seed: int, order: int = 3, *, n_particles: int = 3, d: int = 2, d_k: int = 2,
                                 d_v: int = 2, n_heads: int = 2, wrong: str | None = None, backend: str = "numpy",
                                 reference_steps: int = 32, h0: float = 0.2, levels: int = 5, factor: float = 0.5,
@@ -268,6 +291,8 @@ def flow_taylor_remainder_rates(seed: int, order: int = 3, *, n_particles: int =
 
     ``passed`` means the usable observed rates at the three finest h are >= k + 1 - tolerance.
     """
+    from transformer_limits.verify.taylor import taylor_test  # numeric -> verify only here, lazily
+
     order = _check_order(order)
     rng = np.random.default_rng(seed)
     X, params = random_flow_instance(rng, n_particles=n_particles, d=d, d_k=d_k, d_v=d_v, n_heads=n_heads)

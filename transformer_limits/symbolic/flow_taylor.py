@@ -355,6 +355,9 @@ def _flow_taylor(order: int, d: int, d_k: int, n_particles: int) -> Derivation:
     checks.append("Numerically: remainders of the order-k expansion against an RK4 reference flow shrink at "
                   "rate k + 1 for k = 1, 2, 3; without the Lions term or with the wrong 1/2 factor they do not "
                   "(tests/test_flow_taylor.py).")
+    from transformer_limits.symbolic.flow_taylor_kernels import jet_kernel_source  # imports this module
+
+    filename, source = jet_kernel_source(d, d_k, d)
     expressions = {f"coefficient_{k + 1}": _name_exponentials(s, sp.Matrix.vstack(*coeffs[k]))
                    for k in range(order)}
     return Derivation(
@@ -376,4 +379,5 @@ def _flow_taylor(order: int, d: int, d_k: int, n_particles: int) -> Derivation:
             "the flow and the truncation error is O(h^{k+1}) uniformly on compact sets.",
         ],
         checks=checks,
+        kernels={filename.rsplit("_", 1)[0] + ".py": source},  # no cache key: docs do not churn
     )

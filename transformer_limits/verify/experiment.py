@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import numbers
 import pkgutil
 import tempfile
 import time
@@ -63,8 +64,9 @@ class ExperimentConfig:
             raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        object.__setattr__(self, "seed", int(self.seed))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

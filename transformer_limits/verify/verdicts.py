@@ -247,8 +247,8 @@ def constant_below(fit: PowerLawFit | MultiTermFit, bound: float, alpha: float =
     (one-sided).
     """
     _check_alpha(alpha)
-    if not (isinstance(bound, (int, float, np.floating)) and math.isfinite(bound)):
-        raise ValueError(f"bound must be a finite number, got {bound!r}")
+    if not (isinstance(bound, (int, float, np.floating)) and math.isfinite(bound) and bound > 0):
+        raise ValueError(f"bound must be a finite positive number (constants are >= 0), got {bound!r}")
     if coefficient is None:
         if isinstance(fit, MultiTermFit):
             if len(fit.constants) != 1:

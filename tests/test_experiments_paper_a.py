@@ -1,0 +1,138 @@
+"""Paper-A experiments: attention-depth-width, token-independence, adamw-box.
+
+Fast tests run the same code paths on reduced grids; ``slow`` tests run the quick profiles.  Every
+verdict is at α = 0.01 (false-failure rate ≤ 1 % per check by construction, conservative CIs; fixed
+seeds make each outcome deterministic).  Each wrong model fails its check by a wide margin (see the
+measured values in docs/paper_a_experiments.md), so the power is not marginal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from transformer_limits.numeric.transformer_model import inverse_sqrt_heads
+from transformer_limits.verify.experiment import ExperimentConfig, experiment_spec, run_experiment
+from transformer_limits.verify.experiments import adamw_box, attention_depth_width as adw, token_independence
+
+REDUCED_ADW = dict(L_levels=(4, 8, 16, 32), seeds_L=4, H_levels=(1, 4, 16, 64), seeds_H=5,
+                   grid_L=(2, 8, 32), grid_H=(1, 8, 64), seeds_grid=4, restarts=1, iterations=6)
+
+
+def _settings(**over):
+    return dict(adw.SETTINGS["quick"], **REDUCED_ADW, **over)
+
+
+def test_sup_error_finds_larger_error_than_a_random_input():
+    s = _settings()
+    M = adw.PaperAModels(s)
+    law = M.law(3)
+    A, B = M.exact_map(law, 4), M.limit(law)
+    rng = np.random.default_rng(0)
+    best, X = adw.sup_error(A, B, s["N"], s["d"], radius=1.0, rng=rng, restarts=2, iterations=8, lr=0.15)
+    assert np.all(np.linalg.norm(X, axis=1) <= 1.0 + 1e-12)
+    a, _ = A.evaluate(X)
+    b, _ = B.evaluate(X)
+    assert np.isclose(np.linalg.norm(a[0] - b[0]), best)
+    X_rand = np.random.default_rng(1).uniform(-0.5, 0.5, size=X.shape)
+    assert best > np.linalg.norm(A.evaluate(X_rand)[0][0] - B.evaluate(X_rand)[0][0])
+
+
+def test_flipped_lions_gradient_differs_from_true_gradient():
+    s = _settings()
+    M = adw.PaperAModels(s)
+    wrong = adw.FlippedLionsTransformer(s["d"], s["d_k"], s["d_v"], backend="blas")
+    params, w = M.law(0).discretise(4, mode="exact")
+    X0 = np.random.default_rng(0).uniform(-1, 1, size=(5, s["d"]))
+    p = np.ones((5, s["d"]))
+    true = M.exact.backward(M.exact.forward(X0, params, w), params, p)
+    flipped = wrong.backward(wrong.forward(X0, params, w), params, p)
+    assert not np.allclose(true.p[0], flipped.p[0])
+    np.testing.assert_allclose(true.grads["Q"][-1], flipped.grads["Q"][-1])  # last layer: same p_L
+
+
+def test_depth_and_head_exponents_reduced_grid():
+    M = adw.PaperAModels(_settings())
+    e_L = adw.depth_errors(M, 0, trained=False)
+    check, fit = adw.exponent_check("exponent_L", "L", M.s["L_levels"], e_L, -1.0, 0)
+    assert check.passed, check.note
+    e_H = adw.fluctuation_errors(M, 0, (M.s["L_H"],), M.s["H_levels"], M.s["seeds_H"], trained=False)[0]
+    check, fit = adw.exponent_check("exponent_H", "H", M.s["H_levels"], e_H, -0.5, 0)
+    assert check.passed, check.note
+
+
+def test_inverse_sqrt_heads_fails_exponent_H_and_rate_bound():
+    M = adw.PaperAModels(_settings(), head_scale=inverse_sqrt_heads)
+    e_H = adw.fluctuation_errors(M, 0, (M.s["L_H"],), M.s["H_levels"], M.s["seeds_H"], trained=False)[0]
+    check, fit = adw.exponent_check("exponent_H", "H", M.s["H_levels"], e_H, -0.5, 0)
+    assert not check.passed and fit.exponent.value > 0
+    grid = adw.total_errors(M, 0)
+    rate, info = adw.rate_bound_check(M.s["grid_L"], M.s["grid_H"], grid, 0)
+    assert not rate.passed and rate.name == "rate_bound_holds"
+
+
+def test_rate_bound_passes_for_the_correct_model_reduced_grid():
+    M = adw.PaperAModels(_settings())
+    rate, info = adw.rate_bound_check(M.s["grid_L"], M.s["grid_H"], adw.total_errors(M, 0), 0)
+    assert rate.passed, rate.note
+
+
+def test_wrong_lions_sign_fails_trained_exponent_L():
+    s = _settings(L_levels=(4, 8, 16, 32), seeds_L=4)
+    good = adw.depth_errors(adw.PaperAModels(s), 11, trained=True)
+    bad = adw.depth_errors(adw.PaperAModels(s, lions_sign=-1), 11, trained=True)
+    assert adw.exponent_check("trained_exponent_L", "L", s["L_levels"], good, -1.0, 0)[0].passed
+    check = adw.exponent_check("trained_exponent_L", "L", s["L_levels"], bad, -1.0, 0)[0]
+    assert not check.passed, check.measured
+
+
+TOKEN_REDUCED = dict(N_levels=(4, 8, 16, 32, 64), seeds=5, restarts=1, iterations=6)
+
+
+def test_token_independence_reduced_grid_and_log_n_model():
+    config = ExperimentConfig(profile="quick")
+    good = token_independence.run(config, settings=TOKEN_REDUCED)
+    assert [c.name for c in good.checks] == ["slope_in_log_N"]
+    assert good.passed, good.checks[0].note
+    bad = token_independence.run(config, settings=TOKEN_REDUCED, log_n_term=1.0)
+    assert not bad.passed
+
+
+ADAMW_REDUCED = dict(box_steps=25, box_seeds=2, d_levels=(4, 8, 16, 32), drift_seeds=4, drift_steps=10)
+
+
+def test_adamw_box_reduced_and_coupled_decay_fails():
+    config = ExperimentConfig(profile="quick")
+    good = adamw_box.run(config, settings=ADAMW_REDUCED)
+    assert good.passed, [c.note for c in good.failed_checks]
+    checks = {c.name: c for c in good.checks}
+    assert abs(checks["blockwise_dimension_free"].measured) < 0.1
+    assert 0.35 < checks["coordinatewise_exponent"].measured < 0.65
+    bad = adamw_box.run(config, coupled_decay=True, settings=ADAMW_REDUCED)
+    assert not {c.name: c for c in bad.checks}["box_holds"].passed
+
+
+def test_experiments_are_registered_with_documented_checks():
+    assert experiment_spec("attention-depth-width").check_names == (
+        "exponent_L", "exponent_H", "rate_bound_holds", "trained_exponent_L", "trained_exponent_H")
+    assert experiment_spec("token-independence").check_names == ("slope_in_log_N",)
+    assert experiment_spec("adamw-box").check_names == ("box_holds", "blockwise_dimension_free")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["attention-depth-width", "token-independence", "adamw-box"])
+def test_quick_profile_passes(name):
+    result = run_experiment(experiment_spec(name), ExperimentConfig(profile="quick"))
+    assert result.passed, [(c.name, c.note) for c in result.failed_checks]
+    assert result.figures
+
+
+@pytest.mark.slow
+def test_quick_profile_wrong_models_fail():
+    config = ExperimentConfig(profile="quick")
+    sqrt_heads = {c.name: c.passed for c in adw.run(config, head_scale=inverse_sqrt_heads).checks}
+    assert not sqrt_heads["exponent_H"] and not sqrt_heads["rate_bound_holds"]
+    lions = {c.name: c.passed for c in adw.run(config, lions_sign=-1).checks}
+    assert not lions["trained_exponent_L"]
+    assert not token_independence.run(config, log_n_term=1.0).passed
+    assert not {c.name: c.passed for c in adamw_box.run(config, coupled_decay=True).checks}["box_holds"]
