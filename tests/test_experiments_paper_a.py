@@ -15,12 +15,12 @@ from transformer_limits.numeric.transformer_model import inverse_sqrt_heads
 from transformer_limits.verify.experiment import ExperimentConfig, experiment_spec, run_experiment
 from transformer_limits.verify.experiments import adamw_box, attention_depth_width as adw, token_independence
 
-REDUCED_ADW = dict(L_levels=(4, 8, 16, 32), seeds_L=4, H_levels=(1, 4, 16, 64), seeds_H=5,
+REDUCED_ADW = dict(L_levels=(4, 8, 16, 32), seeds_L=4, H_levels=(1, 2, 4, 8, 16, 32, 64), seeds_H=6,
                    grid_L=(2, 8, 32), grid_H=(1, 8, 64), seeds_grid=4, restarts=1, iterations=6)
 
 
 def _settings(**over):
-    return dict(adw.SETTINGS["quick"], **REDUCED_ADW, **over)
+    return {**adw.SETTINGS["quick"], **REDUCED_ADW, **over}
 
 
 def test_sup_error_finds_larger_error_than_a_random_input():
@@ -78,7 +78,7 @@ def test_rate_bound_passes_for_the_correct_model_reduced_grid():
 
 
 def test_wrong_lions_sign_fails_trained_exponent_L():
-    s = _settings(L_levels=(4, 8, 16, 32), seeds_L=4)
+    s = dict(adw.SETTINGS["quick"])  # the quick profile's depth levels, seeds and ascent
     good = adw.depth_errors(adw.PaperAModels(s), 11, trained=True)
     bad = adw.depth_errors(adw.PaperAModels(s, lions_sign=-1), 11, trained=True)
     assert adw.exponent_check("trained_exponent_L", "L", s["L_levels"], good, -1.0, 0)[0].passed

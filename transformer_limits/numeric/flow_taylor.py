@@ -229,7 +229,8 @@ def reference_flow(X: Any, law_or_params: Any, h: float, *, steps: int = 32, bac
 
 
 def random_flow_instance(rng: np.random.Generator, *, n_particles: int = 3, d: int = 2, d_k: int = 2,
-                         d_v: int = 2, n_heads: int = 2, radius: float = 1.0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+                         d_v: int = 2, n_heads: int = 2,
+                         radius: float = 1.0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """X (N, d) standard normal and head atoms in S(R_theta) with R_theta = ``radius``: Gaussian Q, K, V, O
     rescaled to operator norm ``radius`` (so ||Q^T K||, ||O V|| <= radius^2 and the field and its
     derivatives are O(1) on the scale of X); Dirichlet weights."""
@@ -285,7 +286,7 @@ def flow_expansion_builder(order: int, *, wrong: str | None = None, n_heads: int
 
 def flow_taylor_remainder_rates(seed: int, order: int = 3, *, n_particles: int = 3, d: int = 2, d_k: int = 2,
                                 d_v: int = 2, n_heads: int = 2, wrong: str | None = None, backend: str = "numpy",
-                                reference_steps: int = 32, h0: float = 0.2, levels: int = 5, factor: float = 0.5,
+                                reference_steps: int = 32, h0: float = 0.2, levels: int = 6, factor: float = 0.5,
                                 tolerance: float = 0.1) -> TaylorResult:
     """Taylor test of the order-k block expansion on a seeded random instance (:func:`random_flow_instance`).
 

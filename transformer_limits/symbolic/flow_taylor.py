@@ -242,7 +242,8 @@ def jet_pieces(d: int, d_k: int, d_v: int) -> JetPieces:
     x, dx, y, dy = _vec("x", d), _vec("dx", d), _vec("y", d), _vec("dy", d)
     q, qd, k, kd = (_syms(n, d_k) for n in ("q", "qd", "k", "kd"))
     v, vd = _syms("v", d_v), _syms("vd", d_v)
-    p, lc, e2, t = sp.Symbol("p", positive=True), sp.Symbol("lc", real=True), sp.Symbol("e2", real=True), sp.Symbol("t")
+    p, t = sp.Symbol("p", positive=True), sp.Symbol("t")
+    lc, e2 = sp.Symbol("lc", real=True), sp.Symbol("e2", real=True)
     path = sum((qb + t * qdb) * (kb + t * kdb) for qb, qdb, kb, kdb in zip(q, qd, k, kd))
     logit = {f"logit{m or ''}": sp.expand(path.diff(t, m).subs(t, 0)) for m in range(3)}
     l1, l2 = sp.Symbol("logit1", real=True), sp.Symbol("logit2", real=True)
@@ -312,7 +313,8 @@ _GENERIC = {
     "order_3": r"\Phi_h(X)^i = X^i + h\,F_i + \frac{h^2}{2}\,DF_i[F] + \frac{h^3}{6}\bigl(D^2F_i[F,F] "
                r"+ DF_i[DF[F]]\bigr) + O(h^4)",
     "attention_jet": r"\frac{d^2}{ds^2}A(x+s\,\delta x, \textstyle\sum_j w_j\delta_{y_j+s\,\delta y_j})\big|_{s=0} "
-                     r"= \sum_j p_j\bigl[(c_j^2 + \ell''_j - \bar\ell'' - \mathrm{Var}_p\ell')Vy_j + 2c_jV\delta y_j\bigr],"
+                     r"= \sum_j p_j\bigl[(c_j^2 + \ell''_j - \bar\ell'' - \mathrm{Var}_p\ell')Vy_j "
+                     r"+ 2c_jV\delta y_j\bigr],"
                      r"\quad c_j = \ell'_j - \bar\ell'",
 }
 
@@ -327,7 +329,7 @@ def _flow_taylor(order: int, d: int, d_k: int, n_particles: int) -> Derivation:
     for k in range(order):
         lhs = sp.Matrix.vstack(*lie[k])
         rhs = factorial(k + 1) * sp.Matrix.vstack(*coeffs[k])
-        if not prove_identity(s, _name_exponentials(s, lhs), _name_exponentials(s, rhs)):  # pragma: no cover - a wrong formula
+        if not prove_identity(s, _name_exponentials(s, lhs), _name_exponentials(s, rhs)):  # pragma: no cover
             raise RuntimeError(f"flow-taylor: order-{k + 1} coefficient differs from the Lie series")
         checks.append(f"order {k + 1}: {k + 1}! c_{k + 1} equals SymPy's L^{k + 1} X of the {n_particles}-particle "
                       f"system (d={d}, d_k={d_k}): exponentials e^(a(X^i, X^j)) named, difference evaluated "

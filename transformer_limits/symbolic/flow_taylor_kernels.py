@@ -66,8 +66,8 @@ def _source_numpy(d: int, d_k: int, d_v: int):
     return text, [blocks[g].fingerprint() for g in _GROUPS]
 
 
-def jet_kernel_source(d: int, d_k: int, d_v: int, flavour: str = "python-numpy") -> tuple[str, str]:
-    """(file name, source) of the jet kernel for one flavour."""
+def _jet_kernel(d: int, d_k: int, d_v: int, flavour: str) -> tuple[str, str, str]:
+    """(file stem, cache key, source) of the jet kernel for one flavour."""
     if flavour not in JET_FLAVOURS:
         raise ValueError(f"unknown jet kernel flavour {flavour!r} (known: {', '.join(JET_FLAVOURS)})")
     body, fingerprints = _source_numpy(d, d_k, d_v)
@@ -75,15 +75,18 @@ def jet_kernel_source(d: int, d_k: int, d_v: int, flavour: str = "python-numpy")
               f"d={d}, d_k={d_k}, d_v={d_v}; flavour {flavour}).",
               "# Do not edit: regenerate with transformer_limits.symbolic.flow_taylor_kernels.",
               "# Second-order attention jet: A2 = sum_j p ((lc^2 + e2) v_j + 2 lc vd_j)."]
-    key = source_key(fingerprints, "numpy", body)
     stem = f"flow_taylor_jet_d{d}_dk{d_k}_dv{d_v}_{flavour.replace('-', '_')}"
-    return f"{stem}_{key}{JET_FLAVOURS[flavour]}", "\n".join(header) + "\n" + body
+    return stem, source_key(fingerprints, "numpy", body), "\n".join(header) + "\n" + body
+
+
+def jet_kernel_source(d: int, d_k: int, d_v: int, flavour: str = "python-numpy") -> tuple[str, str]:
+    """(file name, source) of the jet kernel for one flavour."""
+    stem, key, source = _jet_kernel(d, d_k, d_v, flavour)
+    return f"{stem}_{key}{JET_FLAVOURS[flavour]}", source
 
 
 def write_jet_kernel(d: int, d_k: int, d_v: int, flavour: str = "python-numpy") -> Path:
     """Generate, store in the kernel cache and index the jet kernel; return its path."""
-    filename, source = jet_kernel_source(d, d_k, d_v, flavour)
-    stem, _, rest = filename.rpartition("_")
-    path = kernel_cache.write_source(stem, rest.split(".")[0], source, JET_FLAVOURS[flavour])
+    path = kernel_cache.write_source(*_jet_kernel(d, d_k, d_v, flavour), JET_FLAVOURS[flavour])
     kernel_cache.record_source(jet_kernel_spec(d, d_k, d_v, flavour), path)
     return path

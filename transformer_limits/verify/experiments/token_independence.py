@@ -13,7 +13,7 @@ same seeds at every level, ``resample="paired"``); only the inputs change with N
 
 **Check** ``slope_in_log_N``: fit ``log ē(N) = a + b log(log N)`` (``fit_power_law`` with the level
 parameter p = log N) and test b = 0 with :func:`~transformer_limits.verify.verdicts.slope_zero`
-(two-sided, α = 0.01, conservative CI, tolerance 0.1 declared).  The covering alternative
+(two-sided, α = 0.01, conservative CI, tolerance 0.2 declared).  The covering alternative
 ``e ∝ sqrt(log N)`` is b = 1/2, so the test separates "bounded" from "covering growth".  The figure
 plots ē against log N with the sqrt(log N) slope drawn dashed.  Note that the true sup is
 non-decreasing in N along N -> 2N (duplicating every token keeps the empirical measure), so a bounded
@@ -42,7 +42,7 @@ from transformer_limits.verify.verdicts import slope_zero
 __all__ = ["SETTINGS", "token_errors", "run"]
 
 ALPHA = 0.01
-TOLERANCE = 0.1
+TOLERANCE = 0.2
 
 _BASE = {k: DEPTH_SETTINGS["quick"][k] for k in ("d", "d_k", "d_v", "radius", "n_nodes", "atoms", "gain")}
 SETTINGS: dict[str, dict[str, Any]] = {
