@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from transformer_limits.numeric.attention import attention_kernels
+from transformer_limits.numeric.flow_taylor import flow_expansion_builder
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, register_experiment
 from transformer_limits.verify.rate_fit import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
@@ -129,6 +130,15 @@ EXPANSIONS: list[TaylorExpansion] = [
                     jacobian_expansion, check="jacobian_taylor_rate"),
     TaylorExpansion("lions-wrong-sign", "control: Lions term with the wrong sign (must fail: rate 1)",
                     wrong_sign_lions_expansion),
+    # flow map of the MV-ODE over a block of depth h (derivation flow-taylor)
+    TaylorExpansion("flow-order-1", "Φ_h(X) = X + h F + O(h²) (remainder rate 2)",
+                    flow_expansion_builder(1), check="flow_taylor_order1_rate", order=1),
+    TaylorExpansion("flow-order-2", "Φ_h(X) = X + h F + (h²/2) DF[F] + O(h³), DF with the Lions term (rate 3)",
+                    flow_expansion_builder(2), check="flow_taylor_order2_rate", order=2),
+    TaylorExpansion("flow-order-3", "Φ_h(X) = ... + (h³/6)(D²F[F, F] + DF[DF[F]]) + O(h⁴) (rate 4)",
+                    flow_expansion_builder(3), check="flow_taylor_order3_rate", order=3),
+    TaylorExpansion("flow-no-lions", "control: DF without the Lions (interaction) term (must fail: rate 2)",
+                    flow_expansion_builder(2, wrong="no-lions"), order=2),
 ]
 
 _SHAPES = {"quick": [(2, 2, 2, 3, 4), (3, 2, 3, 4, 6), (4, 3, 4, 5, 8)],
@@ -223,13 +233,14 @@ def run(config: ExperimentConfig) -> ExperimentResult:
 
 register_experiment(Experiment(
     name="lions-taylor",
-    title="Taylor remainders of the attention Lions derivative and spatial Jacobian",
+    title="Taylor remainders of the attention Lions derivative, Jacobian and MV-ODE flow-map expansions",
     paper="A",
     claim=("For the empirical measure m^N with atoms moved by h δ_j, A(x, m^N_h) − A(x, m^N) − "
            "h Σ_j w_j ∂_μA(x, m^N)(x^j) δ_j = O(h²) with ∂_μA(x, μ)(z) = π_μ(x, z)[V + (Vz − A(x, μ))(K^T Q x)^T], "
-           "and A(x + h δx, μ) − A(x, μ) − h ∇_x A(x, μ) δx = O(h²) (THEORY.md §1.3)."),
-    derivations=("attention-lions-derivative", "attention-jacobian"),
+           "and A(x + h δx, μ) − A(x, μ) − h ∇_x A(x, μ) δx = O(h²) (THEORY.md §1.3); the order-k block "
+           "expansion of the MV-ODE flow map has remainder O(h^{k+1}), k = 1, 2, 3."),
+    derivations=("attention-lions-derivative", "attention-jacobian", "flow-taylor"),
     check_names=tuple(e.check for e in EXPANSIONS if e.check),
     run=run,
-    budget_s={"quick": 3.0, "full": 10.0},
+    budget_s={"quick": 10.0, "full": 40.0},
 ))
