@@ -53,7 +53,7 @@ extern "C" __global__ void forward(const double* __restrict__ X, const double* _
         const double k_0 = KF[j * 2 + 0];
         const double k_1 = KF[j * 2 + 1];
         const double logit = k_0*q_0 + k_1*q_1;
-        m = fmax(m, logit);
+        if (w[j] > 0.0) m = fmax(m, logit);  // zero-weight atoms must not set the shift
     }
     double s = 0.0;
     double acc_0 = 0.0;

@@ -66,7 +66,7 @@ def forward(X, w, Q, K, V, KF, VF, A, LOGZ):
             k_0 = KF[j, 0]
             k_1 = KF[j, 1]
             logit = k_0*q_0 + k_1*q_1
-            if logit > m:
+            if w[j] > 0.0 and logit > m:  # zero-weight atoms must not set the shift
                 m = logit
         s = 0.0
         acc_0 = 0.0

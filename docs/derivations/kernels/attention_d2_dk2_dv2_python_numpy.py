@@ -64,7 +64,8 @@ def _logits(X, Q, K, V, KF):
 def forward(X, w, Q, K, V, KF, VF):
     """A (N, d_v) and log Z (N,) by a max-shifted softmax over the M atoms."""
     logit = _logits(X, Q, K, V, KF)
-    m = logit.max(axis=1, keepdims=True)
+    # zero-weight atoms must not set the shift (their exponentials could underflow Z to 0)
+    m = numpy.where(w[None, :] > 0, logit, -numpy.inf).max(axis=1, keepdims=True)
     e = w[None, :] * numpy.exp(logit - m)
     s = e.sum(axis=1)
     A = (e @ VF) / s[:, None]
