@@ -26,7 +26,7 @@ from pathlib import Path
 
 from transformer_limits import kernel_cache
 from transformer_limits.symbolic.attention_adjoint import adjoint_pieces
-from transformer_limits.symbolic.codegen import CodeBlock, code_block, indent, source_key
+from transformer_limits.symbolic.codegen import CodeBlock, code_block, indent, source_key, unkeyed_name
 
 __all__ = ["ADJOINT_FLAVOURS", "adjoint_kernel_source", "adjoint_kernel_sources", "adjoint_kernel_spec",
            "write_adjoint_kernel"]
@@ -160,7 +160,9 @@ def adjoint_kernel_source(d: int, d_k: int, d_v: int, flavour: str = "python-num
 
 
 def adjoint_kernel_sources(d: int, d_k: int, d_v: int) -> dict[str, str]:
-    return dict(adjoint_kernel_source(d, d_k, d_v, f) for f in ADJOINT_FLAVOURS)
+    """File name (without the cache key, for the docs) -> source, per flavour."""
+    return dict((unkeyed_name(name), source)
+                for name, source in (adjoint_kernel_source(d, d_k, d_v, f) for f in ADJOINT_FLAVOURS))
 
 
 def write_adjoint_kernel(d: int, d_k: int, d_v: int, flavour: str = "python-numba") -> Path:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from transformer_limits import kernel_cache
 from transformer_limits.symbolic.attention import kernel_pieces
-from transformer_limits.symbolic.codegen import CodeBlock, code_block, indent, source_key
+from transformer_limits.symbolic.codegen import CodeBlock, code_block, indent, source_key, unkeyed_name
 
 __all__ = ["FLAVOURS", "attention_kernel_source", "attention_kernel_sources", "write_attention_kernel",
            "attention_kernel_spec"]
@@ -336,12 +336,8 @@ def attention_kernel_source(d: int, d_k: int, d_v: int, flavour: str) -> tuple[s
 
 def attention_kernel_sources(d: int, d_k: int, d_v: int) -> dict[str, str]:
     """File name (without the cache key, so docs do not churn with versions) -> source, per flavour."""
-    out = {}
-    for flavour in FLAVOURS:
-        filename, source = attention_kernel_source(d, d_k, d_v, flavour)
-        stem = filename.rsplit("_", 1)[0]
-        out[stem + FLAVOURS[flavour]] = source
-    return out
+    return dict((unkeyed_name(name), source)
+                for name, source in (attention_kernel_source(d, d_k, d_v, f) for f in FLAVOURS))
 
 
 def write_attention_kernel(d: int, d_k: int, d_v: int, flavour: str) -> Path:

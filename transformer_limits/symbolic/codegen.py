@@ -42,6 +42,7 @@ __all__ = [
     "indent",
     "print_expr",
     "source_key",
+    "unkeyed_name",
 ]
 
 
@@ -201,3 +202,9 @@ def source_key(fingerprints: Sequence[str], printer: str, template: str) -> str:
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
+
+
+def unkeyed_name(filename: str) -> str:
+    """``stem_<key>.ext`` -> ``stem.ext``: names for the docs, which must not churn with versions."""
+    head, dot, ext = filename.rpartition(".")
+    return f"{head.rsplit('_', 1)[0]}{dot}{ext}"
