@@ -113,7 +113,9 @@ def test_list(dummies, capsys):
     assert "dummy-pass" in text and "lions-taylor" in text and "lyapunov" in text
     assert main(["verify", "--list", "--format", "json"]) == 0
     data = {e["name"]: e for e in json.loads(capsys.readouterr().out)}
-    assert data["lions-taylor"]["check_names"] == ["lions_taylor_rate", "jacobian_taylor_rate"]
+    assert data["lions-taylor"]["check_names"] == ["lions_taylor_rate", "jacobian_taylor_rate",
+                                                   "flow_taylor_order1_rate", "flow_taylor_order2_rate",
+                                                   "flow_taylor_order3_rate"]
     assert data["dummy-fail"]["profiles"] == ["full"]
 
 

@@ -57,7 +57,9 @@ def test_report_files_exist_and_results_json_schema(tmp_path):
     out = tmp_path / "demo"
     config = ExperimentConfig(seed=3)
     payload = write_experiment_report(_result(), out, _experiment(), config)
-    assert sorted(p.name for p in out.iterdir()) == ["rates.png", "report.html", "report.md", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["derivations", "rates.png", "report.html", "report.md",
+                                                     "results.json"]
+    assert (out / "derivations" / "attention-jacobian.md").read_text().startswith("# `attention-jacobian`")
     data = json.loads((out / "results.json").read_text())
     assert data == payload
     assert TOP_KEYS <= set(data)
@@ -81,7 +83,7 @@ def test_markdown_lists_claim_derivations_checks_figures_notes(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert md.startswith("# Title of demo (`demo`)")
     assert "**FAIL" in md and "| rate_at_least | FAIL |" in md
-    assert "[attention-jacobian](docs/derivations/attention-jacobian.md)" in md
+    assert "[attention-jacobian](derivations/attention-jacobian.md)" in md
     assert "![caption of rates](rates.png)" in md
     assert "## Table: levels" in md and "## Fits" in md and "```\ntraceback:" in md
 
@@ -117,11 +119,11 @@ def test_crash_while_writing_leaves_nothing(tmp_path, monkeypatch):
 
 def test_crash_keeps_an_earlier_report_intact(tmp_path, monkeypatch):
     write_experiment_report(_result(), tmp_path, _experiment(), ExperimentConfig())
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     monkeypatch.setattr(report_mod, "_markdown", lambda payload: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         write_experiment_report(_result(passed=False), tmp_path, _experiment(), ExperimentConfig())
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
 def test_stale_figures_are_removed(tmp_path):

@@ -180,7 +180,17 @@ def _fit_summary(fit: Any) -> str:
         if "constant" in fit:
             text += f"; constant {_fmt(fit['constant'])}"
         return text
-    return json.dumps(fit, default=str)
+    if isinstance(fit, dict) and "constants" in fit:  # a multi-term (NNLS) fit
+        cis = fit.get("constants_ci") or {}
+        claim = fit.get("claim", {})
+        parts = [f"{k} = {_fmt(v)}" + (f" {_interval(cis[k])}" if k in cis else "")
+                 for k, v in fit["constants"].items()]
+        head = f"{claim.get('expression', 'multi-term fit')}: " if isinstance(claim, dict) else ""
+        return head + ", ".join(parts)
+    if isinstance(fit, dict) and any(isinstance(v, dict) for v in fit.values()):
+        return "; ".join(f"{k}: {_fit_summary(v) if isinstance(v, dict) else _fmt(v)}" for k, v in fit.items())
+    text = json.dumps(fit, default=str)
+    return text if len(text) <= 300 else text[:300] + " … (full fit in results.json)"
 
 
 def _md_escape(text: str) -> str:
@@ -212,7 +222,8 @@ def _markdown(payload: dict) -> str:
            "## Claim", "", payload["claim"], ""]
     if payload["derivations"]:
         out += ["## Derivations", ""]
-        out += [f"- [{d}](docs/derivations/{d}.md)" for d in payload["derivations"]] + [""]
+        out += [f"- [{d}](derivations/{d}.md) (`transformer-limits derive {d}`)"
+                for d in payload["derivations"]] + [""]
     head, rows, _ = _check_rows(payload["checks"])
     out += ["## Checks", ""] + _md_table(head, rows) + [""]
     if payload["fits"]:
@@ -289,7 +300,7 @@ def _html(payload: dict, pngs: dict[str, bytes]) -> str:
             "<h2>Claim</h2>", f"<p>{_e(payload['claim'])}</p>"]
     if payload["derivations"]:
         body += ["<h2>Derivations</h2>", "<ul>"] + [
-            f'<li><a href="docs/derivations/{_e(d)}.md">{_e(d)}</a> '
+            f'<li><a href="derivations/{_e(d)}.md">{_e(d)}</a> '
             f'(<code>transformer-limits derive {_e(d)}</code>)</li>' for d in payload["derivations"]] + ["</ul>"]
     head, rows, passed = _check_rows(payload["checks"])
     body += ["<h2>Checks</h2>", _html_table(head, rows, ["pass" if p else "fail" for p in passed])]
@@ -339,10 +350,22 @@ def write_experiment_report(result: ExperimentResult, out_dir: str | Path, exper
         (stage / "report.html").write_text(_html(payload, pngs), encoding="utf-8")
         for name, png in pngs.items():
             (stage / name).write_bytes(png)
+        _write_derivation_pages(stage, experiment.derivations)
     for stale in out.glob("*.png"):
         if stale.name not in pngs:
             stale.unlink(missing_ok=True)
     return payload
+
+
+def _write_derivation_pages(stage: Path, names: Sequence[str]) -> None:
+    """The derivations an experiment rests on, as Markdown next to the report (links stay local)."""
+    from transformer_limits.symbolic.derivation import derivation
+
+    for name in names:
+        page = stage / "derivations" / f"{name}.md"
+        page.parent.mkdir(exist_ok=True)
+        text = derivation(name).to_markdown().split("## Generated kernels")[0].rstrip() + "\n"
+        page.write_text(text, encoding="utf-8")
 
 
 def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir: str | Path,
