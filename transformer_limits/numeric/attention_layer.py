@@ -23,7 +23,7 @@ Backends:
 ``blas``   plain batched NumPy/BLAS backpropagation (matmul over heads, (H, N, N) softmax matrices);
            the baseline of ``benchmarks/bench_transformer.py``.
 ``numba``  generated kernels (:mod:`transformer_limits.symbolic.attention_adjoint_kernels`), parallel
-           over tokens, O(H N (d_k + d_v)) memory: the Lions term is applied as K^T kbar + V^T vbar,
+           over tokens, pair loops vectorised over keys, O(T H N (d_k + d_v)) memory (T threads): the Lions term is applied as K^T kbar + V^T vbar,
            never as an (N, N, d, d) tensor.
 
 ``lions=False`` in :meth:`AttentionLayer.vjp` drops the Lions (interaction) term; it exists to show that
@@ -37,6 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 
 from transformer_limits import kernel_cache
@@ -58,10 +59,16 @@ def adjoint_kernel_path(d: int, d_k: int, d_v: int) -> Path:
     return path
 
 
+def _tasks(N: int) -> int:
+    """Row tasks of the numba kernels: one per Numba thread (rows i = t, t + T, ... per task t)."""
+    return max(1, min(numba.get_num_threads(), N))
+
+
 @dataclass
 class LayerCache:
-    """What the forward pass keeps for the VJP: head outputs A (H, N, d_v), features and either the
-    softmax matrices P (H, N, N) (numpy/blas) or log-normalisers LOGZ (H, N) (numba)."""
+    """What the forward pass keeps for the VJP: head outputs A (H, N, d_v), features QF (H, N, d_k),
+    KF, VF (H, N, d_k|d_v) (numpy/blas) or transposed (H, d_k|d_v, N) (numba), and either the softmax
+    matrices P (H, N, N) (numpy/blas) or log-normalisers LOGZ (H, N) (numba)."""
 
     A: np.ndarray
     QF: np.ndarray
@@ -127,11 +134,11 @@ class AttentionLayer:
     def _field_numba(self, X, Qs, Ks, Vs, Os, c):
         m = self._module
         H, N = Qs.shape[0], X.shape[0]
-        QF, KF, VF = np.empty((H, N, self.d_k)), np.empty((H, N, self.d_k)), np.empty((H, N, self.d_v))
-        m.features(X, Qs, Ks, Vs, QF, KF, VF)
+        QF, KT, VT = np.empty((H, N, self.d_k)), np.empty((H, self.d_k, N)), np.empty((H, self.d_v, N))
+        m.features(X, Qs, Ks, Vs, QF, KT, VT)
         A, LOGZ, F = np.empty((H, N, self.d_v)), np.empty((H, N)), np.empty((N, self.d))
-        m.forward(QF, KF, VF, Os, c, self.beta, self.causal, A, LOGZ, F)
-        return F, LayerCache(A=A, QF=QF, KF=KF, VF=VF, LOGZ=LOGZ)
+        m.forward(QF, KT, VT, Os, c, self.beta, self.causal, _tasks(N), A, LOGZ, F)
+        return F, LayerCache(A=A, QF=QF, KF=KT, VF=VT, LOGZ=LOGZ)
 
     # ------------------------------------------------------------------ vjp
     def vjp(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, *, lions: bool = True):
@@ -150,10 +157,8 @@ class AttentionLayer:
                     xbar += np.einsum("hnk,hkd->nd", KBAR, Ks) + np.einsum("hnk,hkd->nd", VBAR, Vs)
             else:
                 xbar = self._xbar_theory(X, Qs, Ks, Vs, Os, c, PC, lions)
-        dQ = np.einsum("hnk,nd->hkd", QBAR, X)
-        dK = np.einsum("hnk,nd->hkd", KBAR, X)
-        dV = np.einsum("hnk,nd->hkd", VBAR, X)
-        dO = np.einsum("h,na,hnc->hac", c, PC, cache.A)
+        dQ, dK, dV = (np.matmul(B.transpose(0, 2, 1), X) for B in (QBAR, KBAR, VBAR))  # sum_i bar^i x^iT
+        dO = c[:, None, None] * np.matmul(PC.T, cache.A)
         return xbar, dQ, dK, dV, dO
 
     def _bars_blas(self, Os, c, cache: LayerCache, PC):
@@ -169,14 +174,13 @@ class AttentionLayer:
     def _bars_numba(self, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, lions):
         m = self._module
         H, N = Qs.shape[0], PC.shape[0]
-        G, GA = np.empty((H, N, self.d_v)), np.empty((H, N))
-        m.cotangent(PC, Os, c, cache.A, G, GA)
+        T = _tasks(N)  # each row task keeps its own kbar/vbar partials
         QBAR = np.empty((H, N, self.d_k))
-        m.query_adjoint(cache.QF, cache.KF, cache.VF, G, GA, cache.LOGZ, self.beta, self.causal, QBAR)
-        KBAR, VBAR = np.empty((H, N, self.d_k)), np.empty((H, N, self.d_v))
-        m.key_adjoint(cache.QF, cache.KF, cache.VF, G, GA, cache.LOGZ, self.beta, self.causal, KBAR, VBAR)
-        xbar = np.empty((N, self.d))
-        m.token_adjoint(Qs, Ks, Vs, QBAR, KBAR, VBAR, bool(lions), xbar)
+        KBP, VBP = np.zeros((T, H, N, self.d_k)), np.zeros((T, H, N, self.d_v))
+        m.adjoint(PC, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ, self.beta, self.causal,
+                  QBAR, KBP, VBP)
+        KBAR, VBAR, xbar = np.empty((H, N, self.d_k)), np.empty((H, N, self.d_v)), np.empty((N, self.d))
+        m.token_adjoint(Qs, Ks, Vs, QBAR, KBP, VBP, bool(lions), KBAR, VBAR, xbar)
         return QBAR, KBAR, VBAR, xbar
 
     def _xbar_theory(self, X, Qs, Ks, Vs, Os, c, PC, lions):

@@ -5,10 +5,53 @@ import math
 
 import numba
 import numpy
+from llvmlite import ir as _ir
+from numba.extending import intrinsic as _intrinsic
+
+
+@_intrinsic
+def _bits_of(typingctx, x):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], _ir.IntType(64))
+    return numba.types.int64(numba.types.float64), codegen
+
+
+@_intrinsic
+def _float_of(typingctx, n):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], _ir.DoubleType())
+    return numba.types.float64(numba.types.int64), codegen
+
+
+@numba.njit(cache=True, fastmath={"contract"})
+def fast_exp(x):
+    """exp(x) to 1 ulp, vectorisable (Cody-Waite + degree-13 Taylor + exponent bits)."""
+    x = -746.0 if x < -746.0 else x  # NaN passes both clamps
+    x = 710.0 if x > 710.0 else x
+    t = x * 1.4426950408889634 + 6755399441055744.0
+    kf = t - 6755399441055744.0
+    r = x - kf * 0.6931471803691238
+    r = r - kf * 1.9082149292705877e-10
+    p = 1.6059043836821613e-10
+    p = p * r + 2.08767569878681e-09
+    p = p * r + 2.505210838544172e-08
+    p = p * r + 2.755731922398589e-07
+    p = p * r + 2.7557319223985893e-06
+    p = p * r + 2.48015873015873e-05
+    p = p * r + 0.0001984126984126984
+    p = p * r + 0.001388888888888889
+    p = p * r + 0.008333333333333333
+    p = p * r + 0.041666666666666664
+    p = p * r + 0.16666666666666666
+    p = p * r + 0.5
+    p = 1.0 + (r + r * r * p)
+    u = _bits_of(t) - 4843621399236966402  # k + 2046 >= 970
+    u1 = u >> 1
+    return p * _float_of(u1 << 52) * _float_of((u - u1) << 52)
 
 
 @numba.njit(parallel=True, cache=True, fastmath=False)
-def features(X, Qs, Ks, Vs, QF, KF, VF):
+def features(X, Qs, Ks, Vs, QF, KT, VT):
     H = Qs.shape[0]
     N = X.shape[0]
     for t in numba.prange(H * N):
@@ -36,165 +79,158 @@ def features(X, Qs, Ks, Vs, QF, KF, VF):
         v_1 = V_1_0*x_0 + V_1_1*x_1
         QF[h, i, 0] = q_0
         QF[h, i, 1] = q_1
-        KF[h, i, 0] = k_0
-        KF[h, i, 1] = k_1
-        VF[h, i, 0] = v_0
-        VF[h, i, 1] = v_1
+        KT[h, 0, i] = k_0
+        KT[h, 1, i] = k_1
+        VT[h, 0, i] = v_0
+        VT[h, 1, i] = v_1
 
 
-@numba.njit(parallel=True, cache=True, fastmath=False)
-def forward(QF, KF, VF, Os, c, beta, causal, A, LOGZ, F):
+@numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
+def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
     H = QF.shape[0]
     N = QF.shape[1]
-    for i in numba.prange(N):
+    for t in numba.prange(T):
         row = numpy.empty(N)
-        stop = i + 1 if causal else N
-        f_0 = 0.0
-        f_1 = 0.0
-        for h in range(H):
-            q_0 = QF[h, i, 0]
-            q_1 = QF[h, i, 1]
-            m = -math.inf
-            for j in range(stop):
-                k_0 = KF[h, j, 0]
-                k_1 = KF[h, j, 1]
-                logit = beta*(k_0*q_0 + k_1*q_1)
-                row[j] = logit
-                if logit > m:
-                    m = logit
-            s = 0.0
-            acc_0 = 0.0
-            acc_1 = 0.0
-            for j in range(stop):
-                e = math.exp(row[j] - m)
-                s += e
-                acc_0 += e * VF[h, j, 0]
-                acc_1 += e * VF[h, j, 1]
-            A_0 = acc_0 / s
-            A_1 = acc_1 / s
-            A[h, i, 0] = A_0
-            A[h, i, 1] = A_1
-            LOGZ[h, i] = m + math.log(s)
-            wh = c[h]
-            O_0_0 = Os[h, 0, 0]
-            O_0_1 = Os[h, 0, 1]
-            O_1_0 = Os[h, 1, 0]
-            O_1_1 = Os[h, 1, 1]
-            _h30 = A_0*wh
-            _h31 = A_1*wh
-            o_0 = O_0_0*_h30 + O_0_1*_h31
-            o_1 = O_1_0*_h30 + O_1_1*_h31
-            f_0 += o_0
-            f_1 += o_1
-        F[i, 0] = f_0
-        F[i, 1] = f_1
+        for i in range(t, N, T):
+            stop = i + 1 if causal else N
+            f_0 = 0.0
+            f_1 = 0.0
+            for h in range(H):
+                q_0 = QF[h, i, 0]
+                q_1 = QF[h, i, 1]
+                for j in range(stop):
+                    k_0 = KT[h, 0, j]
+                    k_1 = KT[h, 1, j]
+                    logit = beta*(k_0*q_0 + k_1*q_1)
+                    row[j] = logit
+                m0 = -math.inf
+                m1 = -math.inf
+                j = 0
+                while j + 1 < stop:
+                    l0 = row[j]
+                    l1 = row[j + 1]
+                    m0 = l0 if l0 > m0 else m0
+                    m1 = l1 if l1 > m1 else m1
+                    j += 2
+                if j < stop and row[j] > m0:
+                    m0 = row[j]
+                m = m1 if m1 > m0 else m0
+                s = 0.0
+                acc_0 = 0.0
+                acc_1 = 0.0
+                for j in range(stop):
+                    e = fast_exp(row[j] - m)
+                    s += e
+                    acc_0 += e * VT[h, 0, j]
+                    acc_1 += e * VT[h, 1, j]
+                A_0 = acc_0 / s
+                A_1 = acc_1 / s
+                A[h, i, 0] = A_0
+                A[h, i, 1] = A_1
+                LOGZ[h, i] = m + math.log(s)
+                wh = c[h]
+                O_0_0 = Os[h, 0, 0]
+                O_0_1 = Os[h, 0, 1]
+                O_1_0 = Os[h, 1, 0]
+                O_1_1 = Os[h, 1, 1]
+                _h30 = A_0*wh
+                _h31 = A_1*wh
+                o_0 = O_0_0*_h30 + O_0_1*_h31
+                o_1 = O_1_0*_h30 + O_1_1*_h31
+                f_0 += o_0
+                f_1 += o_1
+            F[i, 0] = f_0
+            F[i, 1] = f_1
 
 
-@numba.njit(parallel=True, cache=True, fastmath=False)
-def cotangent(PC, Os, c, A, G, GA):
-    H = Os.shape[0]
-    N = PC.shape[0]
-    for t in numba.prange(H * N):
-        h = t // N
-        i = t - h * N
-        wh = c[h]
-        O_0_0 = Os[h, 0, 0]
-        O_0_1 = Os[h, 0, 1]
-        O_1_0 = Os[h, 1, 0]
-        O_1_1 = Os[h, 1, 1]
-        ct_0 = PC[i, 0]
-        ct_1 = PC[i, 1]
-        _c40 = ct_0*wh
-        _c41 = ct_1*wh
-        g_0 = O_0_0*_c40 + O_1_0*_c41
-        g_1 = O_0_1*_c40 + O_1_1*_c41
-        G[h, i, 0] = g_0
-        G[h, i, 1] = g_1
-        A_0 = A[h, i, 0]
-        A_1 = A[h, i, 1]
-        gA = A_0*g_0 + A_1*g_1
-        GA[h, i] = gA
-
-
-@numba.njit(parallel=True, cache=True, fastmath=False)
-def query_adjoint(QF, KF, VF, G, GA, LOGZ, beta, causal, QBAR):
+@numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
+def adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP):
     H = QF.shape[0]
     N = QF.shape[1]
+    T = KBP.shape[0]
+    for t in numba.prange(T):
+        row = numpy.empty(N)
+        row2 = numpy.empty(N)
+        for i in range(t, N, T):
+            stop = i + 1 if causal else N
+            ct_0 = PC[i, 0]
+            ct_1 = PC[i, 1]
+            for h in range(H):
+                wh = c[h]
+                O_0_0 = Os[h, 0, 0]
+                O_0_1 = Os[h, 0, 1]
+                O_1_0 = Os[h, 1, 0]
+                O_1_1 = Os[h, 1, 1]
+                _c40 = ct_0*wh
+                _c41 = ct_1*wh
+                g_0 = O_0_0*_c40 + O_1_0*_c41
+                g_1 = O_0_1*_c40 + O_1_1*_c41
+                A_0 = A[h, i, 0]
+                A_1 = A[h, i, 1]
+                gA = A_0*g_0 + A_1*g_1
+                q_0 = QF[h, i, 0]
+                q_1 = QF[h, i, 1]
+                lz = LOGZ[h, i]
+                for j in range(stop):
+                    k_0 = KT[h, 0, j]
+                    k_1 = KT[h, 1, j]
+                    logit = beta*(k_0*q_0 + k_1*q_1)
+                    row[j] = logit
+                for j in range(stop):
+                    row[j] = fast_exp(row[j] - lz)
+                qb_0 = 0.0
+                qb_1 = 0.0
+                for j in range(stop):
+                    k_0 = KT[h, 0, j]
+                    k_1 = KT[h, 1, j]
+                    v_0 = VT[h, 0, j]
+                    v_1 = VT[h, 1, j]
+                    p = row[j]
+                    sbar = p*(-gA + g_0*v_0 + g_1*v_1)
+                    _q70 = beta*sbar
+                    dq_0 = _q70*k_0
+                    dq_1 = _q70*k_1
+                    qb_0 += dq_0
+                    qb_1 += dq_1
+                    row2[j] = sbar
+                QBAR[h, i, 0] = qb_0
+                QBAR[h, i, 1] = qb_1
+                for j in range(stop):
+                    p = row[j]
+                    sbar = row2[j]
+                    _k80 = beta*sbar
+                    dk_0 = _k80*q_0
+                    dk_1 = _k80*q_1
+                    dv_0 = g_0*p
+                    dv_1 = g_1*p
+                    KBP[t, h, j, 0] += dk_0
+                    KBP[t, h, j, 1] += dk_1
+                    VBP[t, h, j, 0] += dv_0
+                    VBP[t, h, j, 1] += dv_1
+
+
+@numba.njit(parallel=True, cache=True, fastmath=False)
+def token_adjoint(Qs, Ks, Vs, QBAR, KBP, VBP, lions, KBAR, VBAR, XBAR):
+    H = Qs.shape[0]
+    N = QBAR.shape[1]
+    T = KBP.shape[0]
     for i in numba.prange(N):
-        stop = i + 1 if causal else N
-        for h in range(H):
-            q_0 = QF[h, i, 0]
-            q_1 = QF[h, i, 1]
-            g_0 = G[h, i, 0]
-            g_1 = G[h, i, 1]
-            gA = GA[h, i]
-            lz = LOGZ[h, i]
-            qb_0 = 0.0
-            qb_1 = 0.0
-            for j in range(stop):
-                k_0 = KF[h, j, 0]
-                k_1 = KF[h, j, 1]
-                v_0 = VF[h, j, 0]
-                v_1 = VF[h, j, 1]
-                logit = beta*(k_0*q_0 + k_1*q_1)
-                p = math.exp(logit - lz)
-                sbar = p*(-gA + g_0*v_0 + g_1*v_1)
-                _q70 = beta*sbar
-                dq_0 = _q70*k_0
-                dq_1 = _q70*k_1
-                qb_0 += dq_0
-                qb_1 += dq_1
-            QBAR[h, i, 0] = qb_0
-            QBAR[h, i, 1] = qb_1
-
-
-@numba.njit(parallel=True, cache=True, fastmath=False)
-def key_adjoint(QF, KF, VF, G, GA, LOGZ, beta, causal, KBAR, VBAR):
-    H = QF.shape[0]
-    N = QF.shape[1]
-    for j in numba.prange(N):
-        start = j if causal else 0
+        xs_0 = 0.0
+        xs_1 = 0.0
         for h in range(H):
             kb_0 = 0.0
             kb_1 = 0.0
             vb_0 = 0.0
             vb_1 = 0.0
-            for i in range(start, N):
-                q_0 = QF[h, i, 0]
-                q_1 = QF[h, i, 1]
-                g_0 = G[h, i, 0]
-                g_1 = G[h, i, 1]
-                gA = GA[h, i]
-                k_0 = KF[h, j, 0]
-                k_1 = KF[h, j, 1]
-                v_0 = VF[h, j, 0]
-                v_1 = VF[h, j, 1]
-                logit = beta*(k_0*q_0 + k_1*q_1)
-                p = math.exp(logit - LOGZ[h, i])
-                sbar = p*(-gA + g_0*v_0 + g_1*v_1)
-                _k80 = beta*sbar
-                dk_0 = _k80*q_0
-                dk_1 = _k80*q_1
-                dv_0 = g_0*p
-                dv_1 = g_1*p
-                kb_0 += dk_0
-                kb_1 += dk_1
-                vb_0 += dv_0
-                vb_1 += dv_1
-            KBAR[h, j, 0] = kb_0
-            KBAR[h, j, 1] = kb_1
-            VBAR[h, j, 0] = vb_0
-            VBAR[h, j, 1] = vb_1
-
-
-@numba.njit(parallel=True, cache=True, fastmath=False)
-def token_adjoint(Qs, Ks, Vs, QBAR, KBAR, VBAR, lions, XBAR):
-    H = Qs.shape[0]
-    N = QBAR.shape[1]
-    for i in numba.prange(N):
-        xs_0 = 0.0
-        xs_1 = 0.0
-        for h in range(H):
+            for t in range(T):
+                kb_0 += KBP[t, h, i, 0]
+                kb_1 += KBP[t, h, i, 1]
+                vb_0 += VBP[t, h, i, 0]
+                vb_1 += VBP[t, h, i, 1]
+            KBAR[h, i, 0] = kb_0
+            KBAR[h, i, 1] = kb_1
+            VBAR[h, i, 0] = vb_0
+            VBAR[h, i, 1] = vb_1
             Q_0_0 = Qs[h, 0, 0]
             Q_0_1 = Qs[h, 0, 1]
             Q_1_0 = Qs[h, 1, 0]
@@ -214,10 +250,6 @@ def token_adjoint(Qs, Ks, Vs, QBAR, KBAR, VBAR, lions, XBAR):
                 V_0_1 = Vs[h, 0, 1]
                 V_1_0 = Vs[h, 1, 0]
                 V_1_1 = Vs[h, 1, 1]
-                kb_0 = KBAR[h, i, 0]
-                kb_1 = KBAR[h, i, 1]
-                vb_0 = VBAR[h, i, 0]
-                vb_1 = VBAR[h, i, 1]
                 xl_0 = K_0_0*kb_0 + K_1_0*kb_1 + V_0_0*vb_0 + V_1_0*vb_1
                 xl_1 = K_0_1*kb_0 + K_1_1*kb_1 + V_0_1*vb_0 + V_1_1*vb_1
                 xs_0 += xl_0
