@@ -4,7 +4,8 @@ Unit: token-pair-head-layer updates per second, N_pairs * H * L / seconds with N
 (unmasked).  Implementations, same run, same inputs:
 
   numba   generated kernels (transformer_limits.symbolic.attention_adjoint_kernels), parallel over tokens,
-          pair loops vectorised over keys (transposed features, fast_exp)
+          pair loops vectorised over keys (transposed features, fast_exp); the adjoint's key/value
+          partials are updated per component over contiguous keys, four query rows at a time
   blas    plain NumPy/BLAS: einsum/matmul batched over heads, (H, N, N) softmax matrices
   torch   PyTorch CPU autograd (only if torch is importable)
 
@@ -125,9 +126,10 @@ def main(argv=None) -> int:
           f"forward+adjoint; per-layer pair-loop working set {feat_bytes / 1024:.0f} KiB (cache-resident), "
           f"arithmetic intensity ~{ff * N / (8 * (2 * d_k + d_v)):.0f} FLOP/byte of DRAM traffic")
     print("# roofline: the pair loops re-read cache-resident features (high arithmetic intensity), so they "
-          "are compute-bound, not bandwidth-bound; the forward's j-loops are vectorised (fast_exp, AVX2); the "
-          "adjoint's per-j partial updates of kbar/vbar are load/store bound, well below the 2-core AVX2 FMA peak "
-          "(~2 x 16 FLOP/cycle x clock).  BLAS loses at large N because it streams (H, N, N) matrices "
+          "are compute-bound, not bandwidth-bound; all pair loops (forward and adjoint) are vectorised over keys "
+          "(fast_exp, AVX2/AVX-512); the adjoint's kbar/vbar partial updates (one contiguous-j row per component, "
+          "four query rows per pass) are load/store bound; each kernel call also pays a parallel-region launch "
+          "(~0.08 ms with workqueue), three per layer.  BLAS loses at large N because it streams (H, N, N) matrices "
           "through DRAM (bandwidth-bound) and keeps them for the backward pass.")
     return 0
 

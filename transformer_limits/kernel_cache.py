@@ -28,7 +28,7 @@ __all__ = ["cache_dir", "versions_tag", "kernel_spec", "lookup_source", "record_
            "load_python_source", "CODEGEN_VERSION"]
 
 #: bump when a template or printer changes the generated text in a way the keys would not see
-CODEGEN_VERSION = "2"
+CODEGEN_VERSION = "3"
 
 
 def cache_dir() -> Path:
@@ -46,7 +46,8 @@ def versions_tag() -> str:
 
     from transformer_limits import __version__
 
-    parts = [f"transformer_limits={__version__}", f"codegen={CODEGEN_VERSION}"]
+    parts = [f"transformer_limits={__version__}", f"codegen={CODEGEN_VERSION}",
+             f"generators={_generator_digest()}"]
     for dist in ("sympy", "numba"):
         try:
             parts.append(f"{dist}={version(dist)}")
@@ -58,6 +59,17 @@ def versions_tag() -> str:
 def kernel_spec(family: str, **params: object) -> str:
     """Canonical spec string of a kernel family instance, e.g. ``attention:d=2:d_k=2:...``."""
     return ":".join([family] + [f"{k}={params[k]}" for k in sorted(params)])
+
+
+def _generator_digest() -> str:
+    """Hash of the code that generates kernels (``symbolic/*.py``), read as bytes without importing
+    it: editing a template or a derivation invalidates the index, so stale kernels are never loaded."""
+    folder = Path(__file__).resolve().parent / "symbolic"
+    h = hashlib.sha256()
+    for path in sorted(folder.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _index_path(spec: str) -> Path:

@@ -175,12 +175,13 @@ class AttentionLayer:
         m = self._module
         H, N = Qs.shape[0], PC.shape[0]
         T = _tasks(N)  # each row task keeps its own kbar/vbar partials
-        QBAR = np.empty((H, N, self.d_k))
-        KBP, VBP = np.zeros((T, H, N, self.d_k)), np.zeros((T, H, N, self.d_v))
-        m.adjoint(PC, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ, self.beta, self.causal,
-                  QBAR, KBP, VBP)
-        KBAR, VBAR, xbar = np.empty((H, N, self.d_k)), np.empty((H, N, self.d_v)), np.empty((N, self.d))
-        m.token_adjoint(Qs, Ks, Vs, QBAR, KBP, VBP, bool(lions), KBAR, VBAR, xbar)
+        QBAR, XJ = np.empty((H, N, self.d_k)), np.empty((N, self.d))
+        KBP, VBP = np.zeros((T, H, self.d_k, N)), np.zeros((T, H, self.d_v, N))
+        XL = np.zeros((T, self.d, N))
+        m.adjoint(PC, Qs, Ks, Vs, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ, self.beta,
+                  self.causal, bool(lions), QBAR, KBP, VBP, XJ, XL)
+        xbar = XJ + XL.sum(axis=0).T if lions else XJ
+        KBAR, VBAR = (P.sum(axis=0).transpose(0, 2, 1) for P in (KBP, VBP))  # (H, N, d_k|d_v) views
         return QBAR, KBAR, VBAR, xbar
 
     def _xbar_theory(self, X, Qs, Ks, Vs, Os, c, PC, lions):

@@ -7,29 +7,36 @@ heads of a layer per call, nothing of size N x N stored.  Key and value features
 transposed, KT (H, d_k, N) and VT (H, d_v, N), so that every pair loop runs over the key index j on
 contiguous memory; the pair loops use the vectorisable ``fast_exp``
 (:mod:`transformer_limits.symbolic.fast_exp`, 1 ulp) and ``fastmath={"contract", "reassoc"}`` (FMA and
-reassociated j-sums, no nnan/ninf), so LLVM vectorises them over j (AVX2: four pairs per instruction).
+reassociated j-sums, no nnan/ninf), so LLVM vectorises them over j (AVX2: four pairs per instruction,
+AVX-512: eight).  A pair loop vectorises only if it is a pure j-sum into scalar locals plus stores, or
+a contiguous-j update of one output row: several updated rows per loop need more runtime alias checks
+than LLVM allows.
 Row passes are split into T tasks (T = min(threads, N), chosen by the caller), task t owning rows i = t, t + T, ... (balanced
-when causal) and one scratch row:
+when causal) and its scratch rows:
 
 ``features``       (h, i) pass: QF = Q x^i (H, N, d_k), KT = K x^i, VT = V x^i (transposed)
 ``forward``        row pass: per head, a row of logits beta <q^i, k^j> over the visible j (all, or
-                   j <= i when causal), its maximum, the max-shifted softmax sums, A^i, log Z^i, and
+                   j <= i when causal), its maximum (MAX_LANES lanes), the max-shifted softmax sums, A^i, log Z^i, and
                    the layer field F^i = sum_h c_h O_h A_h^i
-``adjoint``        row pass, one sweep over j per (h, i): g^i = c_h O_h^T p^i, gA^i = <g^i, A^i>,
-                   P_ij = exp(logit - log Z^i), pair score sbar_ij; qbar^i = sum_j sbar_ij d logit/d q
-                   (a j-sum), and task t's partial kbar^j += sbar_ij d logit/d k,
-                   vbar^j += P_ij g^i into KBP[t], VBP[t] (T, H, d_k|d_v, N), zero on entry
-``token_adjoint``  i pass: kbar, vbar = sums of the task partials; xbar^i = sum_h Q_h^T qbar_h^i
-                   [+ K_h^T kbar_h^i + V_h^T vbar_h^i] (the bracket is the Lions term; ``lions=0``
-                   drops it, for the wrong-model test)
+``adjoint``        row pass in blocks of ADJ_ROWS rows (i0 + r T) per task; per (block, h), for each row:
+                   g^i = c_h O_h^T p^i, gA^i = <g^i, A^i>, then one sweep over j (vectorised): logit,
+                   P_ij = exp(logit - log Z^i), pair score sbar_ij, qbar^i = sum_j sbar_ij d logit/d q
+                   (j-sums in scalar locals), P_ij and sbar_ij into the block's scratch rows, and the
+                   Jacobian term XJ^i = sum_h Q_h^T qbar_h^i; then one contiguous-j sweep per component
+                   (vectorised) adds the block's kbar^j += sbar_ij d logit/d k, vbar^j += P_ij g^i into task
+                   t's partials KBP[t], VBP[t] (T, H, d_k|d_v, N), zero on entry.  Finally (``lions``) each
+                   task applies the Lions term to its own partials, XL[t, :, j] = sum_h K_h^T kbar_h^j +
+                   V_h^T vbar_h^j; the caller sums the partials over t (xbar = XJ + sum_t XL[t]^T;
+                   ``lions=0`` drops the Lions term, for the wrong-model test)
 
 Array conventions (C order, float64): X (N, d); Qs, Ks (H, d_k, d); Vs (H, d_v, d); Os (H, d, d_v);
-c (H,) head weights; A, VBAR (H, N, d_v); QF, QBAR, KBAR (H, N, d_k); KT (H, d_k, N); VT (H, d_v, N);
-LOGZ (H, N); F, PC, XBAR (N, d).
+c (H,) head weights; A (H, N, d_v); QF, QBAR (H, N, d_k); KT, KBP[t] (H, d_k, N); VT, VBP[t] (H, d_v, N);
+LOGZ (H, N); F, PC, XJ (N, d); XL (T, d, N).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from transformer_limits import kernel_cache
@@ -41,6 +48,8 @@ __all__ = ["ADJOINT_FLAVOURS", "adjoint_kernel_source", "adjoint_kernel_sources"
            "write_adjoint_kernel"]
 
 ADJOINT_FLAVOURS = {"python-numba": ".py"}
+MAX_LANES = 4  # lanes of the row-maximum loop (a power of two)
+ADJ_ROWS = 4  # query rows per block of the adjoint's key/value partial updates
 
 
 def adjoint_kernel_spec(d: int, d_k: int, d_v: int, flavour: str) -> str:
@@ -81,6 +90,17 @@ def _rows(sym: str, n: int, arr: str, h: str, j: str) -> list[str]:
     return [f"{sym}_{a} = {arr}[{h}, {a}, {j}]" for a in range(n)]
 
 
+def _needed(lines: list[str], *targets: str) -> list[str]:
+    """The lines of a straight-line block (``name = expr``) that the ``targets`` depend on, in order."""
+    need, kept = set(targets), []
+    for line in reversed(lines):
+        lhs, _, rhs = line.partition(" = ")
+        if lhs in need:
+            kept.append(line)
+            need |= set(re.findall(r"[A-Za-z_]\w*", rhs))
+    return kept[::-1]
+
+
 def _cols(arr: str, h: str, i: str, sym: str, n: int) -> list[str]:
     return [f"{arr}[{h}, {a}, {i}] = {sym}_{a}" for a in range(n)]
 
@@ -111,10 +131,17 @@ def _source_numba(b: _Blocks) -> str:
                    + _stores("QF", hi, "q", d_k) + _cols("KT", "h", "i", "k", d_k) + _cols("VT", "h", "i", "v", d_v)])
     logit_row = (["for j in range(stop):"]
                  + ["    " + s for s in _rows("k", d_k, "KT", "h", "j") + b.lines("logit") + ["row[j] = logit"]])
-    row_max = ["m0 = -math.inf", "m1 = -math.inf", "j = 0", "while j + 1 < stop:",
-               "    l0 = row[j]", "    l1 = row[j + 1]", "    m0 = l0 if l0 > m0 else m0",
-               "    m1 = l1 if l1 > m1 else m1", "    j += 2", "if j < stop and row[j] > m0:", "    m0 = row[j]",
-               "m = m1 if m1 > m0 else m0"]
+    # row maximum in MAX_LANES independent lanes (SLP-vectorised compare/select; NaN is skipped as before)
+    lanes = [f"m{x}" for x in range(MAX_LANES)]
+    row_max = ([f"{m_} = -math.inf" for m_ in lanes] + ["j = 0", f"while j + {MAX_LANES - 1} < stop:"]
+               + [f"    l{x} = row[j + {x}]" for x in range(MAX_LANES)]
+               + [f"    m{x} = l{x} if l{x} > m{x} else m{x}" for x in range(MAX_LANES)]
+               + [f"    j += {MAX_LANES}", "while j < stop:", "    l0 = row[j]", "    m0 = l0 if l0 > m0 else m0",
+                  "    j += 1"])
+    while len(lanes) > 1:  # pairwise combination
+        row_max += [f"{x} = {y} if {y} > {x} else {x}" for x, y in zip(lanes[::2], lanes[1::2])]
+        lanes = lanes[::2]
+    row_max.append("m = m0")
     forward = by_row([f"f_{a} = 0.0" for a in range(d)] + ["for h in range(H):"]
                      + ["    " + s for s in _loads("q", d_k, "QF", hi) + logit_row + row_max
                         + ["s = 0.0"] + [f"acc_{c} = 0.0" for c in range(d_v)]
@@ -124,38 +151,63 @@ def _source_numba(b: _Blocks) -> str:
                         + ["LOGZ[h, i] = m + math.log(s)", "wh = c[h]"] + _unpack("O", d, d_v)
                         + b.lines("head_out") + [f"f_{a} += o_{a}" for a in range(d)]]
                      + _stores("F", "i", "f", d))
-    # sweeps 1-3 (vectorised over j): logits, P_ij, then sbar_ij into the scratch rows and qbar^i as j-sums;
-    # sweep 4 (per j, SLP-vectorised over components): task partials kbar^j, vbar^j (T, H, N, d_k|d_v)
-    adjoint = by_row(_loads("ct", d, "PC", "i") + ["for h in range(H):"]
-                     + ["    " + s for s in ["wh = c[h]"] + _unpack("O", d, d_v) + b.lines("cotangent")
-                        + _loads("A", d_v, "A", hi) + b.lines("g_dot_a") + _loads("q", d_k, "QF", hi)
-                        + ["lz = LOGZ[h, i]"] + logit_row + ["for j in range(stop):", "    row[j] = fast_exp(row[j] - lz)"]
-                        + [f"qb_{b_} = 0.0" for b_ in range(d_k)] + ["for j in range(stop):"]]
-                     + ["        " + s for s in _rows("k", d_k, "KT", "h", "j") + _rows("v", d_v, "VT", "h", "j")
-                        + ["p = row[j]"] + b.lines("pair_score")
-                        + b.lines("query_inc") + [f"qb_{b_} += dq_{b_}" for b_ in range(d_k)]
-                        + ["row2[j] = sbar"]]
-                     + ["    " + s for s in _stores("QBAR", hi, "qb", d_k) + ["for j in range(stop):"]]
-                     + ["        " + s for s in ["p = row[j]", "sbar = row2[j]"] + b.lines("key_inc")
-                        + b.lines("value_inc") + [f"KBP[t, h, j, {b_}] += dk_{b_}" for b_ in range(d_k)]
-                        + [f"VBP[t, h, j, {c_}] += dv_{c_}" for c_ in range(d_v)]],
-                     setup=("T = KBP.shape[0]",), rows=2)
-    token_adj = (["H = Qs.shape[0]", "N = QBAR.shape[1]", "T = KBP.shape[0]", "for i in numba.prange(N):"]
-                 + [f"    xs_{a} = 0.0" for a in range(d)] + ["    for h in range(H):"]
-                 + ["        " + s for s in [f"kb_{b_} = 0.0" for b_ in range(d_k)] + [f"vb_{c_} = 0.0" for c_ in range(d_v)]
-                    + ["for t in range(T):"] + [f"    kb_{b_} += KBP[t, h, i, {b_}]" for b_ in range(d_k)]
-                    + [f"    vb_{c_} += VBP[t, h, i, {c_}]" for c_ in range(d_v)]
-                    + _stores("KBAR", hi, "kb", d_k) + _stores("VBAR", hi, "vb", d_v)
-                    + _unpack("Q", d_k, d) + _loads("qb", d_k, "QBAR", hi) + b.lines("jac_vjp")
-                    + [f"xs_{a} += xj_{a}" for a in range(d)] + ["if lions:"]]
-                 + ["            " + s for s in _unpack("K", d_k, d) + _unpack("V", d_v, d) + b.lines("lions_vjp")
-                    + [f"xs_{a} += xl_{a}" for a in range(d)]]
-                 + ["    " + s for s in _stores("XBAR", "i", "xs", d)])
+    # Rows are taken in blocks of R = ADJ_ROWS (rows i0 + r T, r < R, of task t).  Per (block, head):
+    # sweep 1 per row (vectorised over j): logit, P_ij, sbar_ij and the j-sums qbar^i; P_ij and sbar_ij go
+    # to the scratch rows PR[r], SR[r] (zero beyond the row's visible keys); sweep 2 per component
+    # (vectorised over j, one contiguous-j update each): task partials kbar^j, vbar^j (T, H, d_k|d_v, N)
+    # += the block's R pair terms
+    R = ADJ_ROWS
+
+    def renamed(lines: list[str], r: int) -> list[str]:
+        """Per-pair key/value lines for block row r: symbols of the row get the suffix _r{r}."""
+        return [re.sub(r"\b(sbar|p|q_\d+|g_\d+|_k\d+|dk_\d+|dv_\d+)\b", rf"\1_r{r}", s_) for s_ in lines]
+
+    row_pass = (_loads("ct", d, "PC", "i") + ["wh = c[h]"] + b.lines("cotangent") + _loads("A", d_v, "A", hi)
+                + b.lines("g_dot_a") + _loads("q", d_k, "QF", hi) + ["lz = LOGZ[h, i]"]
+                + [f"qb_{b_} = 0.0" for b_ in range(d_k)] + ["for j in range(stop):"]
+                + ["    " + s_ for s_ in _rows("k", d_k, "KT", "h", "j") + _rows("v", d_v, "VT", "h", "j")
+                   + b.lines("logit") + ["p = fast_exp(logit - lz)"] + b.lines("pair_score")
+                   + b.lines("query_inc") + [f"qb_{b_} += dq_{b_}" for b_ in range(d_k)]
+                   + ["PR[r, j] = p", "SR[r, j] = sbar"]]
+                + ["for j in range(stop, smax):", "    PR[r, j] = 0.0", "    SR[r, j] = 0.0"]
+                + _stores("QBAR", hi, "qb", d_k) + b.lines("jac_vjp") + [f"XJ[i, {a}] += xj_{a}" for a in range(d)]
+                + [f"QR[r, {b_}] = q_{b_}" for b_ in range(d_k)] + [f"GR[r, {c_}] = g_{c_}" for c_ in range(d_v)])
+    empty_row = (["for j in range(smax):", "    PR[r, j] = 0.0", "    SR[r, j] = 0.0"]
+                 + [f"QR[r, {b_}] = 0.0" for b_ in range(d_k)] + [f"GR[r, {c_}] = 0.0" for c_ in range(d_v)])
+    def partial_updates(n: int, coef: str, coefs: str, pair: str, pairs: str, group: str, out: str, arr: str):
+        """Per component e < n: arr[t, h, e, j] += the block's R terms ``out_e`` (SymPy lines of ``group``)."""
+        return [s_ for e in range(n) for s_ in
+                [f"{coef}_{e}_r{r} = {coefs}[{r}, {e}]" for r in range(R)] + ["for j in range(smax):"]
+                + ["    " + s_ for r in range(R)
+                   for s_ in [f"{pair}_r{r} = {pairs}[{r}, j]"] + renamed(_needed(b.lines(group), f"{out}_{e}"), r)]
+                + [f"    {arr}[t, h, {e}, j] += " + " + ".join(f"{out}_{e}_r{r}" for r in range(R))]]
+
+    key_updates = (partial_updates(d_k, "q", "QR", "sbar", "SR", "key_inc", "dk", "KBP")
+                   + partial_updates(d_v, "g", "GR", "p", "PR", "value_inc", "dv", "VBP"))
+    adjoint = (["H = QF.shape[0]", "N = QF.shape[1]", "T = KBP.shape[0]", "for t in numba.prange(T):",
+                f"    PR = numpy.empty(({R}, N))", f"    SR = numpy.empty(({R}, N))", f"    QR = numpy.empty(({R}, {d_k}))",
+                f"    GR = numpy.empty(({R}, {d_v}))", f"    for i0 in range(t, N, {R} * T):",
+                f"        ilast = min(i0 + {R - 1} * T, i0 + (N - 1 - i0) // T * T)",
+                "        smax = ilast + 1 if causal else N", f"        for r in range({R}):", "            i = i0 + r * T",
+                "            if i < N:"] + [f"                XJ[i, {a}] = 0.0" for a in range(d)]
+               + ["        for h in range(H):"]
+               + ["            " + s_ for s_ in _unpack("O", d, d_v) + _unpack("Q", d_k, d) + [f"for r in range({R}):"]]
+               + ["                " + s_ for s_ in ["i = i0 + r * T", "if i < N:", "    stop = i + 1 if causal else N"]]
+               + ["                    " + s_ for s_ in row_pass] + ["                else:"]
+               + ["                    " + s_ for s_ in empty_row]
+               + ["            " + s_ for s_ in key_updates])
+    # after its rows, task t applies the Lions term to its own partials: XL[t, :, j] = sum_h K_h^T kbar_h^j
+    # + V_h^T vbar_h^j (partial sums over t by the caller)
+    adjoint += (["    if lions:", "        for h in range(H):"]
+                + ["            " + s for s in _unpack("K", d_k, d) + _unpack("V", d_v, d) + ["for j in range(N):"]]
+                + ["                " + s for s in [f"kb_{b_} = KBP[t, h, {b_}, j]" for b_ in range(d_k)]
+                   + [f"vb_{c_} = VBP[t, h, {c_}, j]" for c_ in range(d_v)] + b.lines("lions_vjp")
+                   + [f"XL[t, {a}, j] += xl_{a}" for a in range(d)]])
     out = ["import math", "", "import numba", "import numpy"] + fast_exp_lines()
     out += kernel("features(X, Qs, Ks, Vs, QF, KT, VT)", features)
     out += kernel("forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F)", forward, njit_pairs)
-    out += kernel("adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP)", adjoint, njit_pairs)
-    out += kernel("token_adjoint(Qs, Ks, Vs, QBAR, KBP, VBP, lions, KBAR, VBAR, XBAR)", token_adj)
+    out += kernel("adjoint(PC, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, XJ, XL)",
+                  adjoint, njit_pairs)
     return "\n".join(out) + "\n"
 
 

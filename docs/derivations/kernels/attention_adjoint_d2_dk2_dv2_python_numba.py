@@ -105,16 +105,27 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
                     row[j] = logit
                 m0 = -math.inf
                 m1 = -math.inf
+                m2 = -math.inf
+                m3 = -math.inf
                 j = 0
-                while j + 1 < stop:
-                    l0 = row[j]
+                while j + 3 < stop:
+                    l0 = row[j + 0]
                     l1 = row[j + 1]
+                    l2 = row[j + 2]
+                    l3 = row[j + 3]
                     m0 = l0 if l0 > m0 else m0
                     m1 = l1 if l1 > m1 else m1
-                    j += 2
-                if j < stop and row[j] > m0:
-                    m0 = row[j]
-                m = m1 if m1 > m0 else m0
+                    m2 = l2 if l2 > m2 else m2
+                    m3 = l3 if l3 > m3 else m3
+                    j += 4
+                while j < stop:
+                    l0 = row[j]
+                    m0 = l0 if l0 > m0 else m0
+                    j += 1
+                m0 = m1 if m1 > m0 else m0
+                m2 = m3 if m3 > m2 else m2
+                m0 = m2 if m2 > m0 else m0
+                m = m0
                 s = 0.0
                 acc_0 = 0.0
                 acc_1 = 0.0
@@ -144,104 +155,153 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
 
 
 @numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
-def adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP):
+def adjoint(PC, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, XJ, XL):
     H = QF.shape[0]
     N = QF.shape[1]
     T = KBP.shape[0]
     for t in numba.prange(T):
-        row = numpy.empty(N)
-        row2 = numpy.empty(N)
-        for i in range(t, N, T):
-            stop = i + 1 if causal else N
-            ct_0 = PC[i, 0]
-            ct_1 = PC[i, 1]
+        PR = numpy.empty((4, N))
+        SR = numpy.empty((4, N))
+        QR = numpy.empty((4, 2))
+        GR = numpy.empty((4, 2))
+        for i0 in range(t, N, 4 * T):
+            ilast = min(i0 + 3 * T, i0 + (N - 1 - i0) // T * T)
+            smax = ilast + 1 if causal else N
+            for r in range(4):
+                i = i0 + r * T
+                if i < N:
+                    XJ[i, 0] = 0.0
+                    XJ[i, 1] = 0.0
             for h in range(H):
-                wh = c[h]
                 O_0_0 = Os[h, 0, 0]
                 O_0_1 = Os[h, 0, 1]
                 O_1_0 = Os[h, 1, 0]
                 O_1_1 = Os[h, 1, 1]
-                _c40 = ct_0*wh
-                _c41 = ct_1*wh
-                g_0 = O_0_0*_c40 + O_1_0*_c41
-                g_1 = O_0_1*_c40 + O_1_1*_c41
-                A_0 = A[h, i, 0]
-                A_1 = A[h, i, 1]
-                gA = A_0*g_0 + A_1*g_1
-                q_0 = QF[h, i, 0]
-                q_1 = QF[h, i, 1]
-                lz = LOGZ[h, i]
-                for j in range(stop):
-                    k_0 = KT[h, 0, j]
-                    k_1 = KT[h, 1, j]
-                    logit = beta*(k_0*q_0 + k_1*q_1)
-                    row[j] = logit
-                for j in range(stop):
-                    row[j] = fast_exp(row[j] - lz)
-                qb_0 = 0.0
-                qb_1 = 0.0
-                for j in range(stop):
-                    k_0 = KT[h, 0, j]
-                    k_1 = KT[h, 1, j]
-                    v_0 = VT[h, 0, j]
-                    v_1 = VT[h, 1, j]
-                    p = row[j]
-                    sbar = p*(-gA + g_0*v_0 + g_1*v_1)
-                    _q70 = beta*sbar
-                    dq_0 = _q70*k_0
-                    dq_1 = _q70*k_1
-                    qb_0 += dq_0
-                    qb_1 += dq_1
-                    row2[j] = sbar
-                QBAR[h, i, 0] = qb_0
-                QBAR[h, i, 1] = qb_1
-                for j in range(stop):
-                    p = row[j]
-                    sbar = row2[j]
-                    _k80 = beta*sbar
-                    dk_0 = _k80*q_0
-                    dk_1 = _k80*q_1
-                    dv_0 = g_0*p
-                    dv_1 = g_1*p
-                    KBP[t, h, j, 0] += dk_0
-                    KBP[t, h, j, 1] += dk_1
-                    VBP[t, h, j, 0] += dv_0
-                    VBP[t, h, j, 1] += dv_1
-
-
-@numba.njit(parallel=True, cache=True, fastmath=False)
-def token_adjoint(Qs, Ks, Vs, QBAR, KBP, VBP, lions, KBAR, VBAR, XBAR):
-    H = Qs.shape[0]
-    N = QBAR.shape[1]
-    T = KBP.shape[0]
-    for i in numba.prange(N):
-        xs_0 = 0.0
-        xs_1 = 0.0
-        for h in range(H):
-            kb_0 = 0.0
-            kb_1 = 0.0
-            vb_0 = 0.0
-            vb_1 = 0.0
-            for t in range(T):
-                kb_0 += KBP[t, h, i, 0]
-                kb_1 += KBP[t, h, i, 1]
-                vb_0 += VBP[t, h, i, 0]
-                vb_1 += VBP[t, h, i, 1]
-            KBAR[h, i, 0] = kb_0
-            KBAR[h, i, 1] = kb_1
-            VBAR[h, i, 0] = vb_0
-            VBAR[h, i, 1] = vb_1
-            Q_0_0 = Qs[h, 0, 0]
-            Q_0_1 = Qs[h, 0, 1]
-            Q_1_0 = Qs[h, 1, 0]
-            Q_1_1 = Qs[h, 1, 1]
-            qb_0 = QBAR[h, i, 0]
-            qb_1 = QBAR[h, i, 1]
-            xj_0 = Q_0_0*qb_0 + Q_1_0*qb_1
-            xj_1 = Q_0_1*qb_0 + Q_1_1*qb_1
-            xs_0 += xj_0
-            xs_1 += xj_1
-            if lions:
+                Q_0_0 = Qs[h, 0, 0]
+                Q_0_1 = Qs[h, 0, 1]
+                Q_1_0 = Qs[h, 1, 0]
+                Q_1_1 = Qs[h, 1, 1]
+                for r in range(4):
+                    i = i0 + r * T
+                    if i < N:
+                        stop = i + 1 if causal else N
+                        ct_0 = PC[i, 0]
+                        ct_1 = PC[i, 1]
+                        wh = c[h]
+                        _c40 = ct_0*wh
+                        _c41 = ct_1*wh
+                        g_0 = O_0_0*_c40 + O_1_0*_c41
+                        g_1 = O_0_1*_c40 + O_1_1*_c41
+                        A_0 = A[h, i, 0]
+                        A_1 = A[h, i, 1]
+                        gA = A_0*g_0 + A_1*g_1
+                        q_0 = QF[h, i, 0]
+                        q_1 = QF[h, i, 1]
+                        lz = LOGZ[h, i]
+                        qb_0 = 0.0
+                        qb_1 = 0.0
+                        for j in range(stop):
+                            k_0 = KT[h, 0, j]
+                            k_1 = KT[h, 1, j]
+                            v_0 = VT[h, 0, j]
+                            v_1 = VT[h, 1, j]
+                            logit = beta*(k_0*q_0 + k_1*q_1)
+                            p = fast_exp(logit - lz)
+                            sbar = p*(-gA + g_0*v_0 + g_1*v_1)
+                            _q70 = beta*sbar
+                            dq_0 = _q70*k_0
+                            dq_1 = _q70*k_1
+                            qb_0 += dq_0
+                            qb_1 += dq_1
+                            PR[r, j] = p
+                            SR[r, j] = sbar
+                        for j in range(stop, smax):
+                            PR[r, j] = 0.0
+                            SR[r, j] = 0.0
+                        QBAR[h, i, 0] = qb_0
+                        QBAR[h, i, 1] = qb_1
+                        xj_0 = Q_0_0*qb_0 + Q_1_0*qb_1
+                        xj_1 = Q_0_1*qb_0 + Q_1_1*qb_1
+                        XJ[i, 0] += xj_0
+                        XJ[i, 1] += xj_1
+                        QR[r, 0] = q_0
+                        QR[r, 1] = q_1
+                        GR[r, 0] = g_0
+                        GR[r, 1] = g_1
+                    else:
+                        for j in range(smax):
+                            PR[r, j] = 0.0
+                            SR[r, j] = 0.0
+                        QR[r, 0] = 0.0
+                        QR[r, 1] = 0.0
+                        GR[r, 0] = 0.0
+                        GR[r, 1] = 0.0
+                q_0_r0 = QR[0, 0]
+                q_0_r1 = QR[1, 0]
+                q_0_r2 = QR[2, 0]
+                q_0_r3 = QR[3, 0]
+                for j in range(smax):
+                    sbar_r0 = SR[0, j]
+                    _k80_r0 = beta*sbar_r0
+                    dk_0_r0 = _k80_r0*q_0_r0
+                    sbar_r1 = SR[1, j]
+                    _k80_r1 = beta*sbar_r1
+                    dk_0_r1 = _k80_r1*q_0_r1
+                    sbar_r2 = SR[2, j]
+                    _k80_r2 = beta*sbar_r2
+                    dk_0_r2 = _k80_r2*q_0_r2
+                    sbar_r3 = SR[3, j]
+                    _k80_r3 = beta*sbar_r3
+                    dk_0_r3 = _k80_r3*q_0_r3
+                    KBP[t, h, 0, j] += dk_0_r0 + dk_0_r1 + dk_0_r2 + dk_0_r3
+                q_1_r0 = QR[0, 1]
+                q_1_r1 = QR[1, 1]
+                q_1_r2 = QR[2, 1]
+                q_1_r3 = QR[3, 1]
+                for j in range(smax):
+                    sbar_r0 = SR[0, j]
+                    _k80_r0 = beta*sbar_r0
+                    dk_1_r0 = _k80_r0*q_1_r0
+                    sbar_r1 = SR[1, j]
+                    _k80_r1 = beta*sbar_r1
+                    dk_1_r1 = _k80_r1*q_1_r1
+                    sbar_r2 = SR[2, j]
+                    _k80_r2 = beta*sbar_r2
+                    dk_1_r2 = _k80_r2*q_1_r2
+                    sbar_r3 = SR[3, j]
+                    _k80_r3 = beta*sbar_r3
+                    dk_1_r3 = _k80_r3*q_1_r3
+                    KBP[t, h, 1, j] += dk_1_r0 + dk_1_r1 + dk_1_r2 + dk_1_r3
+                g_0_r0 = GR[0, 0]
+                g_0_r1 = GR[1, 0]
+                g_0_r2 = GR[2, 0]
+                g_0_r3 = GR[3, 0]
+                for j in range(smax):
+                    p_r0 = PR[0, j]
+                    dv_0_r0 = g_0_r0*p_r0
+                    p_r1 = PR[1, j]
+                    dv_0_r1 = g_0_r1*p_r1
+                    p_r2 = PR[2, j]
+                    dv_0_r2 = g_0_r2*p_r2
+                    p_r3 = PR[3, j]
+                    dv_0_r3 = g_0_r3*p_r3
+                    VBP[t, h, 0, j] += dv_0_r0 + dv_0_r1 + dv_0_r2 + dv_0_r3
+                g_1_r0 = GR[0, 1]
+                g_1_r1 = GR[1, 1]
+                g_1_r2 = GR[2, 1]
+                g_1_r3 = GR[3, 1]
+                for j in range(smax):
+                    p_r0 = PR[0, j]
+                    dv_1_r0 = g_1_r0*p_r0
+                    p_r1 = PR[1, j]
+                    dv_1_r1 = g_1_r1*p_r1
+                    p_r2 = PR[2, j]
+                    dv_1_r2 = g_1_r2*p_r2
+                    p_r3 = PR[3, j]
+                    dv_1_r3 = g_1_r3*p_r3
+                    VBP[t, h, 1, j] += dv_1_r0 + dv_1_r1 + dv_1_r2 + dv_1_r3
+        if lions:
+            for h in range(H):
                 K_0_0 = Ks[h, 0, 0]
                 K_0_1 = Ks[h, 0, 1]
                 K_1_0 = Ks[h, 1, 0]
@@ -250,9 +310,12 @@ def token_adjoint(Qs, Ks, Vs, QBAR, KBP, VBP, lions, KBAR, VBAR, XBAR):
                 V_0_1 = Vs[h, 0, 1]
                 V_1_0 = Vs[h, 1, 0]
                 V_1_1 = Vs[h, 1, 1]
-                xl_0 = K_0_0*kb_0 + K_1_0*kb_1 + V_0_0*vb_0 + V_1_0*vb_1
-                xl_1 = K_0_1*kb_0 + K_1_1*kb_1 + V_0_1*vb_0 + V_1_1*vb_1
-                xs_0 += xl_0
-                xs_1 += xl_1
-        XBAR[i, 0] = xs_0
-        XBAR[i, 1] = xs_1
+                for j in range(N):
+                    kb_0 = KBP[t, h, 0, j]
+                    kb_1 = KBP[t, h, 1, j]
+                    vb_0 = VBP[t, h, 0, j]
+                    vb_1 = VBP[t, h, 1, j]
+                    xl_0 = K_0_0*kb_0 + K_1_0*kb_1 + V_0_0*vb_0 + V_1_0*vb_1
+                    xl_1 = K_0_1*kb_0 + K_1_1*kb_1 + V_0_1*vb_0 + V_1_1*vb_1
+                    XL[t, 0, j] += xl_0
+                    XL[t, 1, j] += xl_1
