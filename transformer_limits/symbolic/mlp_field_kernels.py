@@ -5,7 +5,8 @@ activation`) and, for ReLU, the arc-cosine closed form ``k(ρ)`` (THEORY.md §2.
 decides where they run (one source file per flavour, stored in the kernel cache):
 
 ``python-numpy``  vectorised NumPy (the reference);
-``python-numba``  ``numba.njit(parallel=True, cache=True)``, ``prange`` over tokens.
+``python-numba``  GEMMs through BLAS (``numpy.dot`` in ``numba.njit``), then the generated activation /
+                  kernel formulas in one ``prange`` pass over the result.
 
 Generated functions (arrays float64, C order; Y (N, d) tokens, U (m, d), b_U (m,), W (d, m),
 b_W (d,)):
@@ -44,7 +45,7 @@ _PRINTER = {"python-numpy": "numpy", "python-numba": "scalar"}
 
 
 #: bump when the templates below change (the cache index is keyed by spec + versions)
-TEMPLATE_VERSION = "2"
+TEMPLATE_VERSION = "3"
 
 
 def mlp_field_kernel_spec(activation_name: str, flavour: str) -> str:
@@ -103,37 +104,36 @@ def _source_numpy(activation_name: str) -> str:
 
 
 def _source_numba(activation_name: str) -> str:
+    """GEMMs by BLAS (``numpy.dot`` inside the jitted function), the generated activation and kernel
+    formulas fused into one parallel elementwise pass over the (N, m) or (N, N) result."""
     phi, relu_k = _blocks(activation_name)
     P = "scalar"
     dec = "@numba.njit(parallel=True, cache=True, fastmath=False)"
-    out = ["import math", "", "import numba", "", "",
+    out = ["import math", "", "import numba", "import numpy", "", "",
            "@numba.njit(cache=True, fastmath=False, inline='always')",
            "def _phi(pre):", indent(phi.lines(P), 1), "    return h", "", "",
-           dec, "def features(Y, U, b_U, out):",
-           "    N, d = Y.shape", "    m = U.shape[0]", "    inv_sqrt_d = 1.0 / math.sqrt(d)",
-           "    for i in numba.prange(N):", "        for k in range(m):", "            pre = 0.0",
-           "            for a in range(d):", "                pre += U[k, a] * Y[i, a]",
-           "            out[i, k] = _phi(pre * inv_sqrt_d + b_U[k])", "", "",
-           dec, "def mlp_field(Y, U, b_U, W, b_W, out):",
-           "    N, d = Y.shape", "    m = U.shape[0]", "    inv_sqrt_d = 1.0 / math.sqrt(d)",
-           "    inv_sqrt_m = 1.0 / math.sqrt(m)"]
-    out += ["    for i in numba.prange(N):",
-            "        for a in range(d):", "            out[i, a] = 0.0",
-            "        for k in range(m):", "            pre = 0.0",
-            "            for a in range(d):", "                pre += U[k, a] * Y[i, a]",
-            "            h = _phi(pre * inv_sqrt_d + b_U[k])",
-            "            for a in range(d):", "                out[i, a] += W[a, k] * h",
-            "        for a in range(d):", "            out[i, a] = out[i, a] * inv_sqrt_m + b_W[a]", "", "",
-            dec, "def zonal_kernel_matrix(X, d, sigma_u, sigma_w, coef, out):",
-            "    N, dim = X.shape", "    s2 = 1.0 / d + sigma_u * sigma_u",
-            "    for i in numba.prange(N):", "        for j in range(N):", "            t = 0.0",
-            "            for a in range(dim):", "                t += X[i, a] * X[j, a]",
-            "            rho = min(1.0, max(-1.0, (t / d + sigma_u * sigma_u) / s2))"]
+           dec, "def _activate(pre, b_U, scale, out):",
+           "    for i in numba.prange(pre.shape[0]):", "        for k in range(pre.shape[1]):",
+           "            out[i, k] = _phi(pre[i, k] * scale + b_U[k])", "", "",
+           "@numba.njit(cache=True)", "def features(Y, U, b_U, out):",
+           "    _activate(numpy.dot(Y, U.T), b_U, 1.0 / math.sqrt(Y.shape[1]), out)", "", "",
+           "@numba.njit(cache=True)", "def mlp_field(Y, U, b_U, W, b_W, out):",
+           "    H = numpy.empty((Y.shape[0], U.shape[0]))",
+           "    _activate(numpy.dot(Y, U.T), b_U, 1.0 / math.sqrt(Y.shape[1]), H)",
+           "    G = numpy.dot(H, W.T)", "    inv_sqrt_m = 1.0 / math.sqrt(U.shape[0])",
+           "    for i in range(G.shape[0]):", "        for a in range(G.shape[1]):",
+           "            out[i, a] = G[i, a] * inv_sqrt_m + b_W[a]", "", "",
+           dec, "def _zonal(T, d, sigma_u, sigma_w, coef, out):",
+           "    s2 = 1.0 / d + sigma_u * sigma_u",
+           "    for i in numba.prange(T.shape[0]):", "        for j in range(T.shape[1]):",
+           "            rho = min(1.0, max(-1.0, (T[i, j] / d + sigma_u * sigma_u) / s2))"]
     if relu_k is not None:
         out += [indent(relu_k.lines(P), 3), "            out[i, j] = kv"]
     else:
         out += ["            acc = 0.0", "            for q in range(coef.shape[0] - 1, -1, -1):",
                 "                acc = acc * rho + coef[q]", "            out[i, j] = acc + sigma_w * sigma_w"]
+    out += ["", "", "@numba.njit(cache=True)", "def zonal_kernel_matrix(X, d, sigma_u, sigma_w, coef, out):",
+            "    _zonal(numpy.dot(X, X.T), d, sigma_u, sigma_w, coef, out)"]
     return "\n".join(out) + "\n"
 
 
