@@ -219,5 +219,5 @@ register_experiment(Experiment(
     derivations=("adamw-box",),
     check_names=("box_holds", "blockwise_dimension_free"),
     run=run,
-    budget_s={"quick": 20.0, "full": 600.0},
+    budget_s={"quick": 20.0, "full": 60.0},
 ))

@@ -149,5 +149,5 @@ register_experiment(Experiment(
     derivations=("mlp-kernel",),
     check_names=("exponent_L", "exponent_m"),
     run=run,
-    budget_s={"quick": 40.0, "full": 600.0},
+    budget_s={"quick": 40.0, "full": 180.0},
 ))

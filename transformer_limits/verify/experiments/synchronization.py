@@ -178,5 +178,5 @@ register_experiment(Experiment(
     derivations=("lyapunov", "mlp-kernel"),
     check_names=("decay_rate_bound", "sign_change_d3"),
     run=run,
-    budget_s={"quick": 30.0, "full": 600.0},
+    budget_s={"quick": 30.0, "full": 120.0},
 ))
