@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -105,6 +106,21 @@ def test_out_pointing_at_a_file_is_bad_input_and_runs_nothing(dummies, tmp_path,
 def test_store_that_is_a_directory_is_bad_input(dummies, tmp_path, capsys):
     assert main(["verify", "dummy-pass", "--store", str(tmp_path)]) == 2
     assert "--store" in capsys.readouterr().err
+
+
+def test_report_passes_workers_store_and_scheduler_checks_to_the_experiments(dummies, monkeypatch, tmp_path, capsys):
+    seen = []
+    exp = experiment_mod._REGISTRY["dummy-pass"]
+    spy = dataclasses.replace(exp, run=lambda config: seen.append(config) or _runner("dummy-pass", True)(config))
+    monkeypatch.setitem(experiment_mod._REGISTRY, "dummy-pass", spy)
+    store = tmp_path / "runs.sqlite"
+    argv = ["report", "--out", str(tmp_path / "r"), "--only", "dummy-pass", "--workers", "2", "--store", str(store)]
+    assert main(argv) == 0
+    assert seen[0].workers == 2 and seen[0].store == str(store)
+    assert main(["report", "--out", str(tmp_path / "r2"), "--only", "dummy-pass", "--store", str(tmp_path)]) == 2
+    assert main(["report", "--out", str(tmp_path / "r3"), "--only", "dummy-pass", "--scheduler", " "]) == 2
+    err = capsys.readouterr().err
+    assert "--store" in err and "--scheduler" in err and len(seen) == 1
 
 
 def test_list(dummies, capsys):

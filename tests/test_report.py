@@ -24,7 +24,7 @@ from transformer_limits.verify.verdicts import Check, rate_at_least
 
 CHECK_KEYS = {"name", "claim", "expected", "measured", "ci", "passed", "statistics", "note"}
 TOP_KEYS = {"schema_version", "experiment", "title", "paper", "claim", "derivations", "profile", "passed",
-            "checks", "fits", "tables", "figures", "notes", "provenance"}
+            "checks", "fits", "tables", "figures", "notes", "data", "provenance"}
 
 
 def _rate_data(seed=0):
@@ -86,6 +86,16 @@ def test_markdown_lists_claim_derivations_checks_figures_notes(tmp_path):
     assert "[attention-jacobian](derivations/attention-jacobian.md)" in md
     assert "![caption of rates](rates.png)" in md
     assert "## Table: levels" in md and "## Fits" in md and "```\ntraceback:" in md
+
+
+def test_pipes_in_table_headers_and_cells_do_not_break_markdown_tables(tmp_path):
+    result = _result()
+    result.tables = {"norms": [{"|x|/R": 1.0, "note": "a|b"}]}
+    result.data = {"worst_inputs": [{"X0": [[0.5, 0.5]]}]}
+    write_experiment_report(result, tmp_path, _experiment(), ExperimentConfig())
+    md = (tmp_path / "report.md").read_text()
+    assert "| \\|x\\|/R | note |" in md and "| 1 | a\\|b |" in md
+    assert json.loads((tmp_path / "results.json").read_text())["data"] == {"worst_inputs": [{"X0": [[0.5, 0.5]]}]}
 
 
 def test_html_is_self_contained(tmp_path):

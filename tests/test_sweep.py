@@ -90,6 +90,13 @@ def test_zip_groups_move_together_and_follow_the_grid_axes():
     assert load_grid(grid.to_dict()) == grid
 
 
+def test_zip_columns_may_repeat_values_but_rows_must_be_distinct():
+    grid = load_grid({"zip": {"task": {"family": ["depth", "depth", "grid"], "j": [0, 1, 0]}}})
+    assert [(p["family"], p["j"]) for p in grid.points()] == [("depth", 0), ("depth", 1), ("grid", 0)]
+    with pytest.raises(ValueError, match="zip.task: duplicate rows"):
+        load_grid({"zip": {"task": {"family": ["depth", "depth"], "j": [0, 0]}}})
+
+
 def test_toml_file_gives_the_same_grid_as_the_dict(tmp_path):
     path = tmp_path / "grid.toml"
     path.write_text(textwrap.dedent("""

@@ -1,11 +1,14 @@
 """``transformer-limits report``: run every experiment of a profile and write all reports + an index.
 
     transformer-limits report [--profile quick|full] --out DIR [--only NAME ...] [--seed N]
-                              [--workers N] [--format text|json] [--no-progress]
+                              [--workers N] [--scheduler ADDRESS] [--store PATH.sqlite]
+                              [--format text|json] [--no-progress]
 
 Writes ``DIR/<name>/{results.json,report.md,report.html,*.png}`` per experiment and
 ``DIR/{index.md,index.html,summary.json}``.  An exception inside an experiment is reported as its
 failed check ``ran_without_error`` (traceback in its notes); the other experiments still run.
+With ``--store`` the experiments' sweeps are kept in one SQLite file, so a killed (full) report rerun
+with the same options skips every point it already finished.
 Exit 0 when every check of every experiment passes, 1 otherwise, 2 on bad input.
 """
 
@@ -56,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     if not experiments:
         raise UsageError(f"no experiment includes profile {args.profile!r}")
     progress = show_progress(args)
-    config = make_config(args, progress=False)  # one bar over experiments, none inside
+    # one bar over experiments; the sweeps' own bars nest below it and vanish when done
+    config = make_config(args, progress=progress)
     done = []
     bar = tqdm(experiments, desc="experiments", unit="exp", file=sys.stderr, disable=not progress)
     for exp in bar:

@@ -25,6 +25,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="quick (CI, about a minute per experiment) or full (publication grids)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     p.add_argument("--workers", type=int, default=1, help="processes for sweeps (default 1)")
+    p.add_argument("--scheduler", help="dask.distributed scheduler address for sweeps (tcp://host:8786)")
+    p.add_argument("--store", help="SQLite sweep store: a killed run resumes where it stopped, e.g. runs.sqlite")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bars on stderr")
 
@@ -38,8 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", nargs="?", help="experiment name (see --list)")
     p.add_argument("--list", action="store_true", help="list the registered experiments")
     p.add_argument("--out", help="write results.json, report.md and report.html into this folder")
-    p.add_argument("--scheduler", help="dask.distributed scheduler address for sweeps (tcp://host:8786)")
-    p.add_argument("--store", help="SQLite sweep store (resumable sweeps), e.g. runs.sqlite")
     add_run_options(p)
     p.set_defaults(handler=run)
 

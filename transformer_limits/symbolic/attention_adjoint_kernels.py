@@ -41,7 +41,8 @@ from pathlib import Path
 
 from transformer_limits import kernel_cache
 from transformer_limits.symbolic.attention_adjoint import adjoint_pieces
-from transformer_limits.symbolic.codegen import CodeBlock, code_block, indent, source_key, unkeyed_name
+from transformer_limits.symbolic.codegen import (CodeBlock, code_block, indent, lane_max_lines, source_key,
+                                                 unkeyed_name)
 from transformer_limits.symbolic.fast_exp import fast_exp_lines
 
 __all__ = ["ADJOINT_FLAVOURS", "adjoint_kernel_source", "adjoint_kernel_sources", "adjoint_kernel_spec",
@@ -132,16 +133,7 @@ def _source_numba(b: _Blocks) -> str:
     logit_row = (["for j in range(stop):"]
                  + ["    " + s for s in _rows("k", d_k, "KT", "h", "j") + b.lines("logit") + ["row[j] = logit"]])
     # row maximum in MAX_LANES independent lanes (SLP-vectorised compare/select; NaN is skipped as before)
-    lanes = [f"m{x}" for x in range(MAX_LANES)]
-    row_max = ([f"{m_} = -math.inf" for m_ in lanes] + ["j = 0", f"while j + {MAX_LANES - 1} < stop:"]
-               + [f"    l{x} = row[j + {x}]" for x in range(MAX_LANES)]
-               + [f"    m{x} = l{x} if l{x} > m{x} else m{x}" for x in range(MAX_LANES)]
-               + [f"    j += {MAX_LANES}", "while j < stop:", "    l0 = row[j]", "    m0 = l0 if l0 > m0 else m0",
-                  "    j += 1"])
-    while len(lanes) > 1:  # pairwise combination
-        row_max += [f"{x} = {y} if {y} > {x} else {x}" for x, y in zip(lanes[::2], lanes[1::2])]
-        lanes = lanes[::2]
-    row_max.append("m = m0")
+    row_max = lane_max_lines("row", "stop", MAX_LANES)
     forward = by_row([f"f_{a} = 0.0" for a in range(d)] + ["for h in range(H):"]
                      + ["    " + s for s in _loads("q", d_k, "QF", hi) + logit_row + row_max
                         + ["s = 0.0"] + [f"acc_{c} = 0.0" for c in range(d_v)]

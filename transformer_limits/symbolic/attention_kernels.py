@@ -12,7 +12,9 @@ forms checked against SymPy differentiation); this module only decides *where* t
 Flavours (one source file each, stored in the kernel cache):
 
 ``python-numpy``  vectorised over tokens with broadcasting (the ``numpy`` backend);
-``python-numba``  ``numba.njit(parallel=True, cache=True)``, ``prange`` over tokens;
+``python-numba``  ``numba.njit(parallel=True, cache=True)``, ``prange`` over tokens; the forward
+                  softmax is laid out for vectorisation (transposed keys, scratch logit row,
+                  vectorisable ``fast_exp``, see :func:`_numba_forward`);
 ``python-cuda``   ``numba.cuda.jit`` kernels, one thread per token (per pair for Lions/flat);
                   runs on a GPU or in Numba's CUDA simulator;
 ``cuda-c``        CUDA C for CuPy ``RawModule`` (C99 printer), same thread layout.
@@ -29,7 +31,9 @@ from pathlib import Path
 
 from transformer_limits import kernel_cache
 from transformer_limits.symbolic.attention import kernel_pieces
-from transformer_limits.symbolic.codegen import CodeBlock, code_block, indent, source_key, unkeyed_name
+from transformer_limits.symbolic.codegen import (CodeBlock, code_block, indent, lane_max_lines, source_key,
+                                                 unkeyed_name)
+from transformer_limits.symbolic.fast_exp import fast_exp_lines
 
 __all__ = ["FLAVOURS", "attention_kernel_source", "attention_kernel_sources", "write_attention_kernel",
            "attention_kernel_spec"]
@@ -135,10 +139,38 @@ _NAMES = {"key": "key_features", "forward": "forward", "jacobian": "jacobian",
           "lions": "lions_derivative", "flat": "flat_derivative"}
 
 
+MAX_LANES = 4  # independent lanes of the row-maximum loop (a power of two)
+
+
+def _numba_forward(b: _Blocks) -> list[str]:
+    """The numba forward kernel, laid out for LLVM's vectoriser: keys and values transposed to
+    (d_k | d_v, M) so the pair loops read contiguous j; per query row, sweep 1 writes the logits to a
+    scratch row, the (weight-masked) maximum runs in MAX_LANES compare/select lanes, sweep 2 sums
+    w_j fast_exp(logit_j − m) and the value accumulators (``reassoc``: vectorised j-sums)."""
+    d, d_k, d_v = b.d, b.d_k, b.d_v
+    P = "scalar"
+    # zero-weight atoms must not set the shift (their exponentials could underflow Z to 0)
+    row_max = lane_max_lines("row", "M", MAX_LANES, weights="w")
+    row = (_py_loads("x", d, "X", "i") + b.q.lines(P) + ["for j in range(M):"]
+           + ["    " + s for s in [f"k_{a} = KT[{a}, j]" for a in range(d_k)] + b.logit.lines(P) + ["row[j] = logit"]]
+           + row_max + ["s = 0.0"] + [f"acc_{c} = 0.0" for c in range(d_v)] + ["for j in range(M):"]
+           + ["    e = w[j] * fast_exp(row[j] - m)", "    s += e"]
+           + [f"    acc_{c} += e * VT[{c}, j]" for c in range(d_v)]
+           + [f"A[i, {c}] = acc_{c} / s" for c in range(d_v)] + ["LOGZ[i] = m + math.log(s)"])
+    return ["", '@numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})',
+            f"def {_NAMES['forward']}({_SIGNATURES['forward']}):", indent(_py_unpack_params(b), 1),
+            "    M = KF.shape[0]", "    N = X.shape[0]",
+            "    KT = numpy.ascontiguousarray(KF.T)", "    VT = numpy.ascontiguousarray(VF.T)",
+            "    T = min(N, 256)  # tasks, one scratch row each (a constant: get_num_threads() defeats caching)",
+            "    for t in numba.prange(T):", "        row = numpy.empty(M)",
+            "        for i in range(t, N, T):", indent(row, 3), ""]
+
+
 def _source_numba(b: _Blocks) -> str:
     bodies = _py_scalar_bodies(b)
-    out = ["import math", "", "import numba", ""]
-    for kind in ("key", "forward", "jacobian"):
+    out = ["import math", "", "import numba", "import numpy"] + fast_exp_lines() + [""]
+    out += _numba_forward(b)
+    for kind in ("key", "jacobian"):
         length = "Y" if kind == "key" else "X"
         idx = "j" if kind == "key" else "i"
         out += ["", "@numba.njit(parallel=True, cache=True, fastmath=False)",

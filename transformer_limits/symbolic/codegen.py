@@ -40,6 +40,7 @@ __all__ = [
     "cache_dir",
     "code_block",
     "indent",
+    "lane_max_lines",
     "print_expr",
     "source_key",
     "unkeyed_name",
@@ -192,6 +193,30 @@ def code_block(outputs: Mapping[str, sp.Expr], *, prefix: str = "t") -> CodeBloc
 def indent(lines: Iterable[str], level: int) -> str:
     pad = " " * (4 * level)
     return "\n".join(pad + line for line in lines)
+
+
+def lane_max_lines(row: str, stop: str, lanes: int, weights: str | None = None) -> list[str]:
+    """Scalar-Python lines setting ``m`` = max of ``row[j]``, j < ``stop``, in ``lanes`` independent
+    compare/select lanes (a power of two; LLVM SLP-vectorises them, unlike one serial max chain).
+    NaN entries are skipped (``l > m`` is false); with ``weights``, entries whose weight is not > 0 are
+    skipped too (zero-weight atoms must not set a softmax shift)."""
+    if lanes < 1 or lanes & (lanes - 1):
+        raise ValueError(f"lanes must be a power of two, got {lanes}")
+
+    def load(x: str, at: str) -> str:
+        entry = f"{row}[{at}]"
+        return f"l{x} = {entry} if {weights}[{at}] > 0.0 else -math.inf" if weights else f"l{x} = {entry}"
+
+    names = [f"m{x}" for x in range(lanes)]
+    out = ([f"{m} = -math.inf" for m in names] + ["j = 0", f"while j + {lanes - 1} < {stop}:"]
+           + ["    " + load(str(x), f"j + {x}") for x in range(lanes)]
+           + [f"    m{x} = l{x} if l{x} > m{x} else m{x}" for x in range(lanes)]
+           + [f"    j += {lanes}", f"while j < {stop}:", "    " + load("0", "j"), "    m0 = l0 if l0 > m0 else m0",
+              "    j += 1"])
+    while len(names) > 1:  # pairwise combination
+        out += [f"{x} = {y} if {y} > {x} else {x}" for x, y in zip(names[::2], names[1::2])]
+        names = names[::2]
+    return out + ["m = m0"]
 
 
 # --------------------------------------------------------------------------- cache keys

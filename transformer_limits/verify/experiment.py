@@ -36,6 +36,7 @@ __all__ = [
     "Figure",
     "PROFILES",
     "experiment_spec",
+    "jsonable_settings",
     "list_experiments",
     "register_experiment",
     "run_experiment",
@@ -93,6 +94,8 @@ class ExperimentResult:
     ``fits``    JSON-able fitted rates keyed by name (exponents with CIs, constants, windows);
     ``tables``  named lists of row dicts (rendered as Markdown/HTML tables, saved in results.json);
     ``figures`` plots; ``notes`` free-text findings (e.g. "the L^-1/3 term is not tight");
+    ``data``    JSON-able raw results kept in results.json but not rendered (e.g. the worst inputs
+                found by the sup-over-inputs ascent, as arrays);
     ``provenance`` seeds, grid, timings (the report adds versions, git commit, config hash).
     """
 
@@ -103,6 +106,7 @@ class ExperimentResult:
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -227,6 +231,11 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig) -> Experime
     result.provenance["timings"] = timings
     result.provenance.setdefault("seeds", {"base": config.seed})
     return result
+
+
+def jsonable_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """An experiment's settings as JSON values (tuples become lists), for sweep points and provenance."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
 
 
 def run_points(config: ExperimentConfig, fn: Callable[[dict[str, Any]], Mapping[str, Any]],

@@ -121,6 +121,7 @@ def results_payload(result: ExperimentResult, experiment: Experiment, config: Ex
         "figures": [{"name": f.name, "file": _figure_file(f.name), "caption": f.caption}
                     for f in result.figures],
         "notes": list(result.notes),
+        "data": result.data,
         "provenance": _provenance(result, experiment, config),
     }
     return _jsonable(payload)
@@ -198,7 +199,7 @@ def _md_escape(text: str) -> str:
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = ["| " + " | ".join(_md_escape(h) for h in head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
     return lines
 

@@ -148,8 +148,9 @@ def _check_value(where: str, value: Any) -> Any:
     raise ValueError(f"{where}: unsupported value {value!r} of type {type(value).__name__}")
 
 
-def _check_values_list(where: str, values: Any) -> list[Any]:
-    """A non-empty list of distinct parameter values."""
+def _check_values_list(where: str, values: Any, *, distinct: bool = True) -> list[Any]:
+    """A non-empty list of parameter values, distinct unless ``distinct`` is false (a zip column:
+    only the zipped rows must be distinct)."""
     if isinstance(values, np.ndarray):
         values = values.tolist()
     if not isinstance(values, (list, tuple)):
@@ -159,6 +160,8 @@ def _check_values_list(where: str, values: Any) -> list[Any]:
     if len(values) == 0:
         raise ValueError(f"{where}: empty list (a grid axis needs at least one value)")
     out = [_check_value(f"{where}[{i}]", v) for i, v in enumerate(values)]
+    if not distinct:
+        return out
     seen: set[str] = set()
     for v in out:
         text = canonical_json(v)
@@ -351,7 +354,7 @@ def load_grid(spec: str | os.PathLike | Mapping[str, Any] | Grid) -> Grid:
         where = f"zip.{group}"
         if not isinstance(table, Mapping) or not table:
             raise ValueError(f"{where}: expected a non-empty table of equal-length lists")
-        columns = {claim(f"{where}.{k}", k): _check_values_list(f"{where}.{k}", v)
+        columns = {claim(f"{where}.{k}", k): _check_values_list(f"{where}.{k}", v, distinct=False)
                    for k, v in table.items()}
         lengths = {k: len(v) for k, v in columns.items()}
         if len(set(lengths.values())) != 1:
@@ -872,7 +875,8 @@ def _drive(fn, todo: list[GridPoint], store: SweepStore, experiment: str, chash:
 
         refill()  # a fork-started pool forks here, before tqdm starts its monitor thread
         bar = tqdm(total=total, initial=total - len(todo), desc=experiment, unit="pt",
-                   file=sys.stderr, disable=not progress, dynamic_ncols=True)
+                   file=sys.stderr, disable=not progress, dynamic_ncols=True,
+                   leave=None)  # None: kept at top level, cleared when nested under report's bar
         while pending:
             done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             for future in done:

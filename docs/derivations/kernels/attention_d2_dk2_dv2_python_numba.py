@@ -5,6 +5,117 @@
 import math
 
 import numba
+import numpy
+from llvmlite import ir as _ir
+from numba.extending import intrinsic as _intrinsic
+
+
+@_intrinsic
+def _bits_of(typingctx, x):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], _ir.IntType(64))
+    return numba.types.int64(numba.types.float64), codegen
+
+
+@_intrinsic
+def _float_of(typingctx, n):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], _ir.DoubleType())
+    return numba.types.float64(numba.types.int64), codegen
+
+
+@numba.njit(cache=True, fastmath={"contract"})
+def fast_exp(x):
+    """exp(x) to 1 ulp, vectorisable (Cody-Waite + degree-13 Taylor + exponent bits)."""
+    x = -746.0 if x < -746.0 else x  # NaN passes both clamps
+    x = 710.0 if x > 710.0 else x
+    t = x * 1.4426950408889634 + 6755399441055744.0
+    kf = t - 6755399441055744.0
+    r = x - kf * 0.6931471803691238
+    r = r - kf * 1.9082149292705877e-10
+    p = 1.6059043836821613e-10
+    p = p * r + 2.08767569878681e-09
+    p = p * r + 2.505210838544172e-08
+    p = p * r + 2.755731922398589e-07
+    p = p * r + 2.7557319223985893e-06
+    p = p * r + 2.48015873015873e-05
+    p = p * r + 0.0001984126984126984
+    p = p * r + 0.001388888888888889
+    p = p * r + 0.008333333333333333
+    p = p * r + 0.041666666666666664
+    p = p * r + 0.16666666666666666
+    p = p * r + 0.5
+    p = 1.0 + (r + r * r * p)
+    u = _bits_of(t) - 4843621399236966402  # k + 2046 >= 970
+    u1 = u >> 1
+    return p * _float_of(u1 << 52) * _float_of((u - u1) << 52)
+
+
+@numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
+def forward(X, w, Q, K, V, KF, VF, A, LOGZ):
+    Q_0_0 = Q[0, 0]
+    Q_0_1 = Q[0, 1]
+    Q_1_0 = Q[1, 0]
+    Q_1_1 = Q[1, 1]
+    K_0_0 = K[0, 0]
+    K_0_1 = K[0, 1]
+    K_1_0 = K[1, 0]
+    K_1_1 = K[1, 1]
+    V_0_0 = V[0, 0]
+    V_0_1 = V[0, 1]
+    V_1_0 = V[1, 0]
+    V_1_1 = V[1, 1]
+    M = KF.shape[0]
+    N = X.shape[0]
+    KT = numpy.ascontiguousarray(KF.T)
+    VT = numpy.ascontiguousarray(VF.T)
+    T = min(N, 256)  # tasks, one scratch row each (a constant: get_num_threads() defeats caching)
+    for t in numba.prange(T):
+        row = numpy.empty(M)
+        for i in range(t, N, T):
+            x_0 = X[i, 0]
+            x_1 = X[i, 1]
+            q_0 = Q_0_0*x_0 + Q_0_1*x_1
+            q_1 = Q_1_0*x_0 + Q_1_1*x_1
+            for j in range(M):
+                k_0 = KT[0, j]
+                k_1 = KT[1, j]
+                logit = k_0*q_0 + k_1*q_1
+                row[j] = logit
+            m0 = -math.inf
+            m1 = -math.inf
+            m2 = -math.inf
+            m3 = -math.inf
+            j = 0
+            while j + 3 < M:
+                l0 = row[j + 0] if w[j + 0] > 0.0 else -math.inf
+                l1 = row[j + 1] if w[j + 1] > 0.0 else -math.inf
+                l2 = row[j + 2] if w[j + 2] > 0.0 else -math.inf
+                l3 = row[j + 3] if w[j + 3] > 0.0 else -math.inf
+                m0 = l0 if l0 > m0 else m0
+                m1 = l1 if l1 > m1 else m1
+                m2 = l2 if l2 > m2 else m2
+                m3 = l3 if l3 > m3 else m3
+                j += 4
+            while j < M:
+                l0 = row[j] if w[j] > 0.0 else -math.inf
+                m0 = l0 if l0 > m0 else m0
+                j += 1
+            m0 = m1 if m1 > m0 else m0
+            m2 = m3 if m3 > m2 else m2
+            m0 = m2 if m2 > m0 else m0
+            m = m0
+            s = 0.0
+            acc_0 = 0.0
+            acc_1 = 0.0
+            for j in range(M):
+                e = w[j] * fast_exp(row[j] - m)
+                s += e
+                acc_0 += e * VT[0, j]
+                acc_1 += e * VT[1, j]
+            A[i, 0] = acc_0 / s
+            A[i, 1] = acc_1 / s
+            LOGZ[i] = m + math.log(s)
 
 
 @numba.njit(parallel=True, cache=True, fastmath=False)
@@ -39,49 +150,6 @@ def key_features(Y, Q, K, V, KF, VF, UF):
         VF[j, 1] = v_1
         UF[j, 0] = u_0
         UF[j, 1] = u_1
-
-
-@numba.njit(parallel=True, cache=True, fastmath=False)
-def forward(X, w, Q, K, V, KF, VF, A, LOGZ):
-    Q_0_0 = Q[0, 0]
-    Q_0_1 = Q[0, 1]
-    Q_1_0 = Q[1, 0]
-    Q_1_1 = Q[1, 1]
-    K_0_0 = K[0, 0]
-    K_0_1 = K[0, 1]
-    K_1_0 = K[1, 0]
-    K_1_1 = K[1, 1]
-    V_0_0 = V[0, 0]
-    V_0_1 = V[0, 1]
-    V_1_0 = V[1, 0]
-    V_1_1 = V[1, 1]
-    M = KF.shape[0]
-    for i in numba.prange(X.shape[0]):
-        x_0 = X[i, 0]
-        x_1 = X[i, 1]
-        q_0 = Q_0_0*x_0 + Q_0_1*x_1
-        q_1 = Q_1_0*x_0 + Q_1_1*x_1
-        m = -math.inf
-        for j in range(M):
-            k_0 = KF[j, 0]
-            k_1 = KF[j, 1]
-            logit = k_0*q_0 + k_1*q_1
-            if w[j] > 0.0 and logit > m:  # zero-weight atoms must not set the shift
-                m = logit
-        s = 0.0
-        acc_0 = 0.0
-        acc_1 = 0.0
-        for j in range(M):
-            k_0 = KF[j, 0]
-            k_1 = KF[j, 1]
-            logit = k_0*q_0 + k_1*q_1
-            e = w[j] * math.exp(logit - m)
-            s += e
-            acc_0 += e * VF[j, 0]
-            acc_1 += e * VF[j, 1]
-        A[i, 0] = acc_0 / s
-        A[i, 1] = acc_1 / s
-        LOGZ[i] = m + math.log(s)
 
 
 @numba.njit(parallel=True, cache=True, fastmath=False)

@@ -40,6 +40,7 @@ from transformer_limits.verify.experiment import (
     Experiment,
     ExperimentConfig,
     ExperimentResult,
+    jsonable_settings,
     register_experiment,
 )
 from transformer_limits.verify.rate_fit import fit_power_law
@@ -206,7 +207,7 @@ def run(config: ExperimentConfig, *, coupled_decay: bool = False,
         xlabel="token dimension d", ylabel="‖θ_K − θ_0‖_F")]
     result.provenance = {"seed": config.seed, "seconds": {"box": t_box, "drift": t_drift},
                          "coupled_decay": coupled_decay,
-                         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in s.items()}}
+                         "settings": jsonable_settings(s)}
     return result
 
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -57,20 +57,25 @@ from transformer_limits.numeric.transformer_model import (
     AttentionTransformer,
     ForwardPass,
     inverse_heads,
+    inverse_sqrt_heads,
 )
 from transformer_limits.numeric.transformer_losses import SquaredErrorLoss, sample_tokens, target_map
 from transformer_limits.verify.experiment import (
     Experiment,
     ExperimentConfig,
     ExperimentResult,
+    jsonable_settings,
     register_experiment,
+    run_points,
 )
+from transformer_limits.verify.sweep import canonical_json
 from transformer_limits.verify.rate_fit import PowerLawFit, fit_power_law, fit_rate_claim
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
 from transformer_limits.verify.verdicts import Check, exponent_equals, fit_adequate
 
-__all__ = ["SETTINGS", "FlippedLionsTransformer", "InputMap", "discrete_map", "limit_map", "sup_error",
-           "PaperAModels", "run"]
+__all__ = ["SETTINGS", "HEAD_SCALES", "FlippedLionsTransformer", "InputMap", "discrete_map", "limit_map", "sup_error",
+           "PaperAModels", "depth_errors", "fluctuation_errors", "total_errors", "family_tasks", "evaluate_task",
+           "run_families", "FamilyErrors", "WorstInputs", "run"]
 
 ALPHA = 0.01
 TOLERANCE = 0.15
@@ -198,20 +203,24 @@ class PaperAModels:
     def __post_init__(self) -> None:
         s = self.s
         dims = (s["d"], s["d_k"], s["d_v"])
-        self.exact = AttentionTransformer(*dims, backend="blas")
-        self.iid = AttentionTransformer(*dims, backend="blas", head_scale=self.head_scale)
+        # settings["backend"]: "blas" (default) is fastest for a few tokens; the generated "numba"
+        # kernels win from N ~ 64 on (25x at N = 1024, where BLAS's (N, N) per-head arrays spill)
+        backend = s.get("backend", "blas")
+        self.exact = AttentionTransformer(*dims, backend=backend)
+        self.iid = AttentionTransformer(*dims, backend=backend, head_scale=self.head_scale)
         cls = AttentionTransformer if self.lions_sign > 0 else FlippedLionsTransformer
-        self.trainer = cls(*dims, backend="blas")
-        self.mf = MeanFieldLimit(*dims, backend="blas")
+        self.trainer = cls(*dims, backend=backend)
+        self.mf = MeanFieldLimit(*dims, backend=backend)
 
     def law(self, seed: int) -> HeadLaw:
         s = self.s
         return HeadLaw.random(s["n_nodes"], s["atoms"], s["d"], s["d_k"], s["d_v"], seed=seed, gain=s["gain"])
 
-    def sup(self, A: InputMap, B: InputMap, rng: np.random.Generator) -> float:
+    def sup(self, A: InputMap, B: InputMap, rng: np.random.Generator) -> tuple[float, np.ndarray]:
+        """(estimated sup error, the worst input X0 (N, d) found): :func:`sup_error` with the settings."""
         s = self.s
         return sup_error(A, B, s["N"], s["d"], radius=s["radius"], rng=rng, restarts=s["restarts"],
-                         iterations=s["iterations"], lr=s["ascent_lr"])[0]
+                         iterations=s["iterations"], lr=s["ascent_lr"])
 
     def exact_map(self, law: HeadLaw, L: int) -> InputMap:
         params, w = law.discretise(L, mode="exact")
@@ -237,49 +246,222 @@ class PaperAModels:
         return train_adamw(grad_fn, law, s["train_steps"], lr=s["lr"], eps=s["eps"]).laws[-1]
 
 
+Sup = tuple[float, np.ndarray]  # (sup error, worst input X0 (N, d))
+
+
+def depth_row(M: PaperAModels, seed: int, j: int, levels: Sequence[int], *, trained: bool) -> list[Sup]:
+    """sup |x_L^exact − X_1| (and the worst input) for seed j at the L levels with indices ``levels``."""
+    s = M.s
+    law = M.law(seed * 1000 + j)
+    limit_law = M.trained(law, None, seed * 1000 + j) if trained else law
+    B = M.limit(limit_law)
+    out = []
+    for i in levels:
+        L = s["L_levels"][i]
+        disc_law = M.trained(law, L, seed * 1000 + j) if trained else law
+        out.append(M.sup(M.exact_map(disc_law, L), B, np.random.default_rng([seed, 1, i, j])))
+    return out
+
+
 def depth_errors(M: PaperAModels, seed: int, *, trained: bool) -> np.ndarray:
     """sup |x_L^exact − X_1| per (L level, seed), (n_L, seeds_L)."""
-    s = M.s
-    out = np.empty((len(s["L_levels"]), s["seeds_L"]))
-    for j in range(s["seeds_L"]):
-        law = M.law(seed * 1000 + j)
-        limit_law = M.trained(law, None, seed * 1000 + j) if trained else law
-        B = M.limit(limit_law)
-        for i, L in enumerate(s["L_levels"]):
-            disc_law = M.trained(law, L, seed * 1000 + j) if trained else law
-            out[i, j] = M.sup(M.exact_map(disc_law, L), B, np.random.default_rng([seed, 1, i, j]))
+    levels = range(len(M.s["L_levels"]))
+    return np.array([[e for e, _ in depth_row(M, seed, j, levels, trained=trained)]
+                     for j in range(M.s["seeds_L"])]).T
+
+
+def fluctuation_row(M: PaperAModels, seed: int, L_levels, H_levels, j: int, cells: Sequence[tuple[int, int]], *,
+                    trained: bool) -> list[Sup]:
+    """sup |x_L^iid,H(ν_A) − x_L^exact(ν_B)| for seed j at the (L index a, H index b) ``cells``;
+    ν_A = ν_B = ν at init, ν_A = ν^disc_K (L layers), ν_B = ν^lim_K when trained."""
+    law = M.law(seed * 1000 + 500 + j)
+    ref_law = M.trained(law, None, seed * 1000 + 500 + j) if trained else law
+    out, maps = [], {}
+    for a, b in cells:
+        L, H = L_levels[a], H_levels[b]
+        if a not in maps:
+            disc_law = M.trained(law, L, seed * 1000 + 500 + j) if trained else law
+            maps[a] = (disc_law, M.exact_map(ref_law, L))
+        disc_law, B = maps[a]
+        A = M.iid_map(disc_law, L, H, seed=int(np.random.default_rng([seed, 2, a, b, j]).integers(2**32)))
+        out.append(M.sup(A, B, np.random.default_rng([seed, 3, a, b, j])))
     return out
 
 
 def fluctuation_errors(M: PaperAModels, seed: int, L_levels, H_levels, n_seeds: int, *,
                        trained: bool) -> np.ndarray:
-    """sup |x_L^iid,H(ν_A) − x_L^exact(ν_B)| with ν_A = ν_B = ν at init, ν_A = ν^disc_K (L layers),
-    ν_B = ν^lim_K when trained; shape (n_L, n_H, n_seeds)."""
-    out = np.empty((len(L_levels), len(H_levels), n_seeds))
-    for j in range(n_seeds):
-        law = M.law(seed * 1000 + 500 + j)
-        ref_law = M.trained(law, None, seed * 1000 + 500 + j) if trained else law
-        for a, L in enumerate(L_levels):
-            disc_law = M.trained(law, L, seed * 1000 + 500 + j) if trained else law
-            B = M.exact_map(ref_law, L)
-            for b, H in enumerate(H_levels):
-                A = M.iid_map(disc_law, L, H, seed=int(np.random.default_rng([seed, 2, a, b, j]).integers(2**32)))
-                out[a, b, j] = M.sup(A, B, np.random.default_rng([seed, 3, a, b, j]))
-    return out
+    """:func:`fluctuation_row` on every cell and seed, shape (n_L, n_H, n_seeds)."""
+    cells = [(a, b) for a in range(len(L_levels)) for b in range(len(H_levels))]
+    rows = [[e for e, _ in fluctuation_row(M, seed, L_levels, H_levels, j, cells, trained=trained)]
+            for j in range(n_seeds)]
+    return np.array(rows).T.reshape(len(L_levels), len(H_levels), n_seeds)
+
+
+def grid_error(M: PaperAModels, seed: int, j: int, a: int, b: int) -> Sup:
+    """sup |x_L^iid,H − X_1| (and the worst input) for seed j at (grid_L[a], grid_H[b])."""
+    s = M.s
+    law = M.law(seed * 1000 + 800 + j)
+    A = M.iid_map(law, s["grid_L"][a], s["grid_H"][b],
+                  seed=int(np.random.default_rng([seed, 4, a, b, j]).integers(2**32)))
+    return M.sup(A, M.limit(law), np.random.default_rng([seed, 5, a, b, j]))
 
 
 def total_errors(M: PaperAModels, seed: int) -> np.ndarray:
     """sup |x_L^iid,H − X_1| on the (L, H) grid, shape (n_L, n_H, seeds_grid)."""
     s = M.s
-    out = np.empty((len(s["grid_L"]), len(s["grid_H"]), s["seeds_grid"]))
-    for j in range(s["seeds_grid"]):
-        law = M.law(seed * 1000 + 800 + j)
-        B = M.limit(law)
-        for a, L in enumerate(s["grid_L"]):
-            for b, H in enumerate(s["grid_H"]):
-                A = M.iid_map(law, L, H, seed=int(np.random.default_rng([seed, 4, a, b, j]).integers(2**32)))
-                out[a, b, j] = M.sup(A, B, np.random.default_rng([seed, 5, a, b, j]))
-    return out
+    return np.array([[[grid_error(M, seed, j, a, b)[0] for j in range(s["seeds_grid"])]
+                      for b in range(len(s["grid_H"]))] for a in range(len(s["grid_L"]))])
+
+
+# ------------------------------------------------------------------------------------------------
+# the sweep: one point per (error family, seed, level); resumable, parallel, with a progress bar
+# ------------------------------------------------------------------------------------------------
+
+#: the error families, in report order
+FAMILIES = ("depth", "heads", "cross", "grid", "depth_trained", "heads_trained")
+
+#: head scalings a sweep point can name (points are JSON; the deliberately wrong model is 1/sqrt(H))
+HEAD_SCALES: dict[str, Callable[[int], float]] = {"inverse_heads": inverse_heads,
+                                                  "inverse_sqrt_heads": inverse_sqrt_heads}
+
+_MODELS: dict[str, PaperAModels] = {}
+
+
+def models_for(settings: dict[str, Any], head_scale: str = "inverse_heads", lions_sign: int = 1) -> PaperAModels:
+    """The :class:`PaperAModels` of a sweep point, built once per process."""
+    key = canonical_json([settings, head_scale, lions_sign])
+    if key not in _MODELS:
+        _MODELS[key] = PaperAModels(dict(settings), head_scale=HEAD_SCALES[head_scale], lions_sign=lions_sign)
+    return _MODELS[key]
+
+
+def family_tasks(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every sweep point of the experiment as ``{family, j, a, b}``, most expensive first (so the pool
+    is not left waiting on one long point at the end).  ``a``/``b`` index the L/H levels; ``None``
+    means the whole row for seed j (trained families: one training per seed serves every level)."""
+    nL, nH = len(s["L_levels"]), len(s["H_levels"])
+    tasks = [(("depth", j, i, None), s["L_levels"][i]) for j in range(s["seeds_L"]) for i in range(nL)]
+    tasks += [(("heads", j, None, b), s["L_H"] * s["H_levels"][b]) for j in range(s["seeds_H"]) for b in range(nH)]
+    tasks += [(("cross", j, a, None), s["cross_L"][a] * s["cross_H"])
+              for j in range(s["seeds_H"]) for a in range(len(s["cross_L"]))]
+    tasks += [(("grid", j, a, b), s["grid_L"][a] * s["grid_H"][b]) for j in range(s["seeds_grid"])
+              for a in range(len(s["grid_L"])) for b in range(len(s["grid_H"]))]
+    # a training run costs about n_train / N * train_steps forward+adjoint passes per level
+    train = 3 * s["train_steps"] * s["n_train"] / s["N"]
+    tasks += [(("depth_trained", j, None, None), (1 + train) * sum(s["L_levels"])) for j in range(s["seeds_L"])]
+    tasks += [(("heads_trained", j, None, None), s["L_H"] * (train + sum(s["H_levels"]))) for j in range(s["seeds_H"])]
+    tasks.sort(key=lambda t: -t[1])
+    return [dict(zip(("family", "j", "a", "b"), t)) for t, _ in tasks]
+
+
+def evaluate_task(point: dict[str, Any]) -> dict[str, Any]:
+    """Sweep function: the sup errors of one task (see :func:`family_tasks`) and the worst inputs found,
+    ``{"errors": [e, ...], "inputs": [X0 as (N, d) nested lists, ...]}``."""
+    s = point["settings"]
+    M = models_for(s, point["head_scale"], point["lions_sign"])
+    seed, family, j, a, b = point["base_seed"], point["family"], point["j"], point["a"], point["b"]
+    nL, nH = len(s["L_levels"]), len(s["H_levels"])
+    if family in ("depth", "depth_trained"):
+        levels = range(nL) if a is None else [a]
+        errors = depth_row(M, seed + (11 if family == "depth_trained" else 0), j, levels,
+                           trained=family == "depth_trained")
+    elif family in ("heads", "heads_trained"):
+        cells = [(0, k) for k in (range(nH) if b is None else [b])]
+        errors = fluctuation_row(M, seed + (11 if family == "heads_trained" else 0), (s["L_H"],), s["H_levels"], j,
+                                 cells, trained=family == "heads_trained")
+    elif family == "cross":
+        errors = fluctuation_row(M, seed + 7, s["cross_L"], (s["cross_H"],), j, [(a, 0)], trained=False)
+    elif family == "grid":
+        errors = [grid_error(M, seed, j, a, b)]
+    else:
+        raise ValueError(f"family must be one of {', '.join(FAMILIES)}; got {family!r}")
+    return {"errors": [e for e, _ in errors], "inputs": [X.tolist() for _, X in errors]}
+
+
+class WorstInputs:
+    """Per (family, level): the largest sup error over the seeds and the input X0 (N, d) that attained
+    it — the "worst input" the ascent found, reported so a reader can inspect where the sup sits."""
+
+    def __init__(self, radius: float):
+        self.radius = radius
+        self._best: dict[tuple[str, str], tuple[float, int, np.ndarray]] = {}
+        self._order: dict[tuple[str, str], tuple] = {}
+
+    def add(self, family: str, level: str, seed_index: int, error: float, X0: Any, order: tuple = ()) -> None:
+        """Offer one seed's result; rows are sorted by ``order`` (e.g. (family rank, level index))."""
+        key = (family, level)
+        self._order[key] = order
+        if key not in self._best or error > self._best[key][0]:
+            self._best[key] = (float(error), int(seed_index), np.asarray(X0, dtype=np.float64))
+
+    def _items(self):
+        return sorted(self._best.items(), key=lambda kv: (self._order[kv[0]], kv[0]))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Summary rows: token norms of the worst input relative to the radius R."""
+        out = []
+        for (family, level), (error, j, X) in self._items():
+            r = np.linalg.norm(X, axis=1) / self.radius
+            out.append({"family": family, "level": level, "seed_index": j, "sup_error": error,
+                        "norm x^1 / R": float(r[0]),
+                        "min norm x^i / R, i > 1": float(r[1:].min()) if len(r) > 1 else None,
+                        "max norm x^i / R, i > 1": float(r[1:].max()) if len(r) > 1 else None,
+                        "share of tokens on the sphere": float(np.mean(r >= 0.999))})
+        return out
+
+    def data(self) -> list[dict[str, Any]]:
+        """The same entries with the worst inputs themselves (``X0``: N rows of d coordinates)."""
+        return [{"family": f, "level": lv, "seed_index": j, "sup_error": e, "X0": X.tolist()}
+                for (f, lv), (e, j, X) in self._items()]
+
+
+@dataclass
+class FamilyErrors:
+    """What :func:`run_families` returns: ``errors`` (arrays shaped as :func:`depth_errors`,
+    :func:`fluctuation_errors`, :func:`total_errors` return them), summed point ``seconds`` per
+    family, and the ``worst`` inputs per family and level."""
+
+    errors: dict[str, np.ndarray]
+    seconds: dict[str, float]
+    worst: WorstInputs
+
+
+def run_families(config: ExperimentConfig, s: dict[str, Any], head_scale: str = "inverse_heads",
+                 lions_sign: int = 1) -> FamilyErrors:
+    """All error families through :func:`~transformer_limits.verify.experiment.run_points` (``config.workers``
+    processes, progress bar, ``config.store`` to resume): ``depth``, ``heads``, ``cross``, ``grid``,
+    ``depth_trained``, ``heads_trained``."""
+    if head_scale not in HEAD_SCALES:
+        raise ValueError(f"head_scale must be one of {', '.join(HEAD_SCALES)}, got {head_scale!r}")
+    tasks = family_tasks(s)
+    grid = {"zip": {"task": {k: [t[k] for t in tasks] for k in ("family", "j", "a", "b")}},
+            "fixed": {"settings": jsonable_settings(s), "base_seed": config.seed, "head_scale": head_scale,
+                      "lions_sign": lions_sign}}
+    sweep = run_points(config, evaluate_task, grid, experiment="attention-depth-width", version=2)
+    nL, nH, nc = len(s["L_levels"]), len(s["H_levels"]), len(s["cross_L"])
+    arrays = {"depth": np.empty((nL, s["seeds_L"])), "depth_trained": np.empty((nL, s["seeds_L"])),
+              "heads": np.empty((nH, s["seeds_H"])), "heads_trained": np.empty((nH, s["seeds_H"])),
+              "cross": np.empty((nc, s["seeds_H"])),
+              "grid": np.empty((len(s["grid_L"]), len(s["grid_H"]), s["seeds_grid"]))}
+    label = {"depth": lambda k: f"L={s['L_levels'][k]}", "heads": lambda k: f"L={s['L_H']}, H={s['H_levels'][k]}",
+             "cross": lambda k: f"L={s['cross_L'][k]}, H={s['cross_H']}"}
+    label["depth_trained"], label["heads_trained"] = label["depth"], label["heads"]
+    seconds: dict[str, float] = {}
+    worst = WorstInputs(s["radius"])
+    for record in sweep.records:
+        p, res = record.params, record.result
+        family, j, a, b = p["family"], p["j"], p["a"], p["b"]
+        seconds[family] = seconds.get(family, 0.0) + (record.elapsed_s or 0.0)
+        if family == "grid":
+            arrays["grid"][a, b, j] = res["errors"][0]
+            worst.add(family, f"L={s['grid_L'][a]}, H={s['grid_H'][b]}", j, res["errors"][0], res["inputs"][0],
+                      (FAMILIES.index(family), a, b))
+            continue
+        levels = [a if b is None else b] if (a is not None or b is not None) else range(len(res["errors"]))
+        for k, e, X in zip(levels, res["errors"], res["inputs"]):
+            arrays[family][k, j] = e
+            worst.add(family, label[family](k), j, e, X, (FAMILIES.index(family), k))
+    return FamilyErrors(arrays, seconds, worst)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -332,23 +514,14 @@ def run(config: ExperimentConfig, *, head_scale: Callable[[int], float] = invers
     """Run the experiment; ``head_scale`` / ``lions_sign`` / ``settings`` build deliberately wrong
     models and reduced grids (tests)."""
     s = dict(SETTINGS[config.profile], **(settings or {}))
-    M = PaperAModels(s, head_scale=head_scale, lions_sign=lions_sign)
-    seconds: dict[str, float] = {}
-    t = time.perf_counter()
-    e_L = depth_errors(M, config.seed, trained=False)
-    seconds["depth"] = time.perf_counter() - t
-    t = time.perf_counter()
-    e_H = fluctuation_errors(M, config.seed, (s["L_H"],), s["H_levels"], s["seeds_H"], trained=False)[0]
-    e_cross = fluctuation_errors(M, config.seed + 7, s["cross_L"], (s["cross_H"],), s["seeds_H"],
-                                 trained=False)[:, 0]
-    seconds["heads"] = time.perf_counter() - t
-    t = time.perf_counter()
-    e_grid = total_errors(M, config.seed)
-    seconds["grid"] = time.perf_counter() - t
-    t = time.perf_counter()
-    e_L_tr = depth_errors(M, config.seed + 11, trained=True)
-    e_H_tr = fluctuation_errors(M, config.seed + 11, (s["L_H"],), s["H_levels"], s["seeds_H"], trained=True)[0]
-    seconds["trained"] = time.perf_counter() - t
+    name = next((k for k, f in HEAD_SCALES.items() if f is head_scale), None)
+    if name is None:
+        raise ValueError(f"head_scale must be one of {', '.join(HEAD_SCALES)} (sweep points are JSON), "
+                         f"got {head_scale!r}")
+    families = run_families(config, s, name, lions_sign)
+    errors, seconds = families.errors, families.seconds
+    e_L, e_H, e_cross, e_grid = errors["depth"], errors["heads"], errors["cross"], errors["grid"]
+    e_L_tr, e_H_tr = errors["depth_trained"], errors["heads_trained"]
 
     L, H, Lc = np.array(s["L_levels"]), np.array(s["H_levels"]), np.array(s["cross_L"])
     c_L, f_L = exponent_check("exponent_L", "L", L, e_L, -1.0, config.seed)
@@ -373,7 +546,9 @@ def run(config: ExperimentConfig, *, head_scale: Callable[[int], float] = invers
         "grid": _rows(("L", "H"), [(a, b) for a in s["grid_L"] for b in s["grid_H"]],
                       e_grid.reshape(-1, e_grid.shape[-1])),
         "depth_trained": _rows(("L",), L[:, None], e_L_tr), "heads_trained": _rows(("H",), H[:, None], e_H_tr),
+        "worst_inputs": families.worst.rows(),
     }
+    result.data = {"worst_inputs": families.worst.data()}
     result.notes.append(
         f"Tightness of L^-1/3: the head-fluctuation (cross) term at H = {s['cross_H']} decays like L^{q:.3f} "
         f"(99% CI [{lo:.3f}, {hi:.3f}]); the claimed exponent -1/3 is {'inside' if tight else 'outside'} the CI"
@@ -394,7 +569,7 @@ def run(config: ExperimentConfig, *, head_scale: Callable[[int], float] = invers
     result.figures = [rate_figure(f"attention_{name}", f"sup over inputs in the ball of the error vs {p}",
                                   series, xlabel=xl, ylabel="sup_X0 |x^1 − X^1|") for name, p, xl, series in figs]
     result.provenance = {"seed": config.seed, "seconds": seconds,
-                         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in s.items()},
+                         "settings": jsonable_settings(s),
                          "head_scale": getattr(head_scale, "__name__", str(head_scale)), "lions_sign": lions_sign}
     return result
 

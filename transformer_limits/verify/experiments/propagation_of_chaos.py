@@ -22,7 +22,6 @@ the measured slopes are expected to be steeper than −1/2.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -33,21 +32,25 @@ from transformer_limits.verify.experiment import (
     Experiment,
     ExperimentConfig,
     ExperimentResult,
+    jsonable_settings,
     register_experiment,
+    run_points,
 )
 from transformer_limits.verify.rate_fit import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
 from transformer_limits.verify.verdicts import Check, rate_at_least
 
-__all__ = ["SETTINGS", "wasserstein2_squared", "chaos_errors", "run"]
+__all__ = ["SETTINGS", "wasserstein2_squared", "chaos_row", "chaos_errors", "evaluate_point", "chaos_errors_sweep", "run"]
 
 ALPHA = 0.01
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "quick": dict(dims=(2, 3), N_levels=(8, 16, 32, 64, 128), N_ref=1024, T=1.0, n_steps=40, n_eval=5,
-                  features=64, seeds=8, activation="relu", sigma_u=0.5, sigma_w=0.5, beta=1.0),
+                  features=64, seeds=8, activation="relu", sigma_u=0.5, sigma_w=0.5, beta=1.0,
+                  backend="numba"),
     "full": dict(dims=(2, 3), N_levels=(8, 16, 32, 64, 128, 256, 512), N_ref=4096, T=1.0, n_steps=100,
-                 n_eval=11, features=128, seeds=24, activation="relu", sigma_u=0.5, sigma_w=0.5, beta=1.0),
+                 n_eval=11, features=128, seeds=24, activation="relu", sigma_u=0.5, sigma_w=0.5, beta=1.0,
+                 backend="numba"),
 }
 
 
@@ -59,19 +62,43 @@ def wasserstein2_squared(X: np.ndarray, Y: np.ndarray) -> float:
     return float(ot.emd2(np.full(len(X), 1.0 / len(X)), np.full(len(Y), 1.0 / len(Y)), cost))
 
 
-def chaos_errors(s: dict[str, Any], d: int, seed: int) -> np.ndarray:
-    """E-samples of sup_t W_2²(μ^N_t, μ^{N_ref}_t), shape (n_N, seeds)."""
-    sde = CommonNoiseSDE(d, s["activation"], s["sigma_u"], s["sigma_w"], attention="attractive", beta=s["beta"])
+def chaos_row(s: dict[str, Any], d: int, seed: int, j: int) -> list[float]:
+    """sup_t W_2²(μ^N_t, μ^{N_ref}_t) at every N level for seed j (one common-noise path for all systems)."""
+    sde = CommonNoiseSDE(d, s["activation"], s["sigma_u"], s["sigma_w"], attention="attractive", beta=s["beta"],
+                         backend=s.get("backend", "numpy"))
     eval_steps = np.linspace(0, s["n_steps"], s["n_eval"]).round().astype(int)
-    out = np.empty((len(s["N_levels"]), s["seeds"]))
-    for j in range(s["seeds"]):
-        rng = np.random.default_rng([seed, d, j])
-        systems = [uniform_sphere(s["N_ref"], d, rng)] + [uniform_sphere(n, d, rng) for n in s["N_levels"]]
-        traj = sde.simulate_systems(systems, s["T"], s["n_steps"], s["features"], rng, eval_steps=eval_steps)
-        ref = traj[0]
-        for i, tr in enumerate(traj[1:]):
-            out[i, j] = max(wasserstein2_squared(tr[k], ref[k]) for k in range(len(eval_steps)))
-    return out
+    rng = np.random.default_rng([seed, d, j])
+    systems = [uniform_sphere(s["N_ref"], d, rng)] + [uniform_sphere(n, d, rng) for n in s["N_levels"]]
+    traj = sde.simulate_systems(systems, s["T"], s["n_steps"], s["features"], rng, eval_steps=eval_steps)
+    ref = traj[0]
+    return [max(wasserstein2_squared(tr[k], ref[k]) for k in range(len(eval_steps))) for tr in traj[1:]]
+
+
+def chaos_errors(s: dict[str, Any], d: int, seed: int) -> np.ndarray:
+    """E-samples of sup_t W_2²(μ^N_t, μ^{N_ref}_t), shape (n_N, seeds), serially in this process."""
+    return np.array([chaos_row(s, d, seed, j) for j in range(s["seeds"])]).T
+
+
+def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Sweep function: ``{"errors": chaos_row(...)}`` for one (d, seed j)."""
+    return {"errors": chaos_row(point["settings"], point["d"], point["base_seed"], point["j"])}
+
+
+def chaos_errors_sweep(config: ExperimentConfig, s: dict[str, Any]) -> tuple[dict[int, np.ndarray], dict[str, float]]:
+    """:func:`chaos_errors` for every d through :func:`~transformer_limits.verify.experiment.run_points`
+    (``config.workers`` processes, progress bar, resumable with ``config.store``); returns
+    ``{d: (n_N, seeds)}`` and the summed point seconds per d."""
+    settings = jsonable_settings(s)
+    grid = {"grid": {"d": list(s["dims"]), "j": list(range(s["seeds"]))},
+            "fixed": {"settings": settings, "base_seed": config.seed}}
+    sweep = run_points(config, evaluate_point, grid, experiment="propagation-of-chaos", version=1)
+    out = {d: np.empty((len(s["N_levels"]), s["seeds"])) for d in s["dims"]}
+    seconds: dict[str, float] = {}
+    for record in sweep.records:
+        d, j = record.params["d"], record.params["j"]
+        out[d][:, j] = record.result["errors"]
+        seconds[f"d={d}"] = seconds.get(f"d={d}", 0.0) + (record.elapsed_s or 0.0)
+    return out, seconds
 
 
 def run(config: ExperimentConfig) -> ExperimentResult:
@@ -79,11 +106,10 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     result = ExperimentResult(experiment="propagation-of-chaos", profile=config.profile)
     N = np.array(s["N_levels"])
     alpha_each = ALPHA / len(s["dims"])
-    series, checks, seconds = [], [], {}
+    series, checks = [], []
+    errors, seconds = chaos_errors_sweep(config, s)
     for d in s["dims"]:
-        t0 = time.perf_counter()
-        err = chaos_errors(s, d, config.seed)
-        seconds[f"d={d}"] = time.perf_counter() - t0
+        err = errors[d]
         fit = fit_power_law({"N": N}, err, window="all", seed=config.seed)
         checks.append(rate_at_least(fit, -0.5, alpha_each))
         result.fits[f"N_d{d}"] = fit.to_dict()
@@ -104,7 +130,7 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     result.figures = [rate_figure("propagation_of_chaos", "E sup_t W_2²(μ^N_t, μ^{N_ref}_t), same common noise",
                                   series, xlabel="tokens N", ylabel="E sup_t W_2² (chordal)")]
     result.provenance = {"seed": config.seed, "seconds": seconds,
-                         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in s.items()}}
+                         "settings": jsonable_settings(s)}
     return result
 
 

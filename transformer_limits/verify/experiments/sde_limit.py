@@ -36,6 +36,7 @@ from transformer_limits.verify.experiment import (
     Experiment,
     ExperimentConfig,
     ExperimentResult,
+    jsonable_settings,
     register_experiment,
 )
 from transformer_limits.verify.rate_fit import fit_power_law
@@ -135,8 +136,7 @@ def run(config: ExperimentConfig) -> ExperimentResult:
                     [RateSeries("t = T", m, width, fit_m, -1.0)], xlabel="width m",
                     ylabel="(1/N) Σ|X^m − X^∞|²"),
     ]
-    result.provenance = {"seed": config.seed, "settings": {k: list(v) if isinstance(v, tuple) else v
-                                                           for k, v in s.items()},
+    result.provenance = {"seed": config.seed, "settings": jsonable_settings(s),
                          "seconds": {"depth": t_L, "width": t_m}}
     return result
 

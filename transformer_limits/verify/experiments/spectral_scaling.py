@@ -34,6 +34,7 @@ import importlib.util
 import io
 import math
 import multiprocessing
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -222,7 +223,7 @@ def _run_grid(grid: Grid, base_seed: int, processes: int, progress: bool) -> lis
         if progress:
             from tqdm import tqdm
 
-            it = tqdm(it, total=len(tasks), desc="spectral-scaling", unit="run")
+            it = tqdm(it, total=len(tasks), desc="spectral-scaling", unit="run", file=sys.stderr, leave=None)
         return list(it)
 
 
