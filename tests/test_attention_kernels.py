@@ -193,6 +193,10 @@ def test_zero_weight_atom_with_the_largest_logit(backend):
     np.testing.assert_allclose(A, [[0.0, 1.0]], atol=1e-14)
     assert np.all(np.isfinite(kern.lions_derivative(X, Y, np.eye(2), np.eye(2), np.eye(2),
                                                     weights=np.array([0.0, 1.0]))))
+    # its logit 1000 above the shift: exp overflows, and 0 * inf must not turn into NaN
+    far = kern.attention(X, np.array([[1000.0, 0.0], [0.0, 1.0]]), np.eye(2), np.eye(2), np.eye(2),
+                         weights=np.array([0.0, 1.0]))
+    np.testing.assert_allclose(far, [[0.0, 1.0]], atol=1e-14)
 
 
 def test_softmax_is_stable_for_large_logits():

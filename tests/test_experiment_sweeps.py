@@ -90,3 +90,47 @@ def test_rerun_on_a_store_recomputes_no_point(tmp_path, monkeypatch):
     # another seed is another sweep: it must run (and here fail loudly)
     with pytest.raises(Exception, match="recomputed"):
         ti.token_errors_sweep(ExperimentConfig(seed=2, store=config.store), TINY_TOKENS)
+
+
+# Values of the serial loops before they were split into sweep points (commit 50ea9b1, blas/numpy
+# backends): a change of random streams (seed offsets, rng keys, level/seed order) breaks these,
+# while backend round-off (numba vs BLAS, ~1e-15) does not.
+GOLDEN = {
+    "depth": [[0.2907821103339015, 0.26103932166429894], [0.0677649336588041, 0.09095246546973343]],
+    "grid": [[1.4026100919039424, 1.0332506063287594], [0.45436127261220566, 0.2263360162752251]],
+    "heads_trained": [[0.3039724887758756, 0.5905104568853898], [0.13416019718756697, 0.5541839499835722]],
+    "tokens": [[0.41378575338474705, 0.25624796172949665, 0.4825200132894754],
+               [0.4919749864344337, 0.2887053567868392, 0.5270553939887563],
+               [0.5077136351310103, 0.37757455802427103, 0.8210021906300238]],
+    "chaos": [[0.6346436963976768, 0.3870257373674978, 0.3497734453933048],
+              [0.3691541140940244, 0.23584718930424306, 0.15575463437079592]],
+}
+
+
+def test_random_streams_are_those_of_the_original_serial_loops():
+    M = adw.PaperAModels(TINY_ADW)
+    got = {"depth": adw.depth_errors(M, 3, trained=False), "grid": adw.total_errors(M, 3)[:, :, 0],
+           "heads_trained": adw.fluctuation_errors(M, 14, (TINY_ADW["L_H"],), TINY_ADW["H_levels"], 2,
+                                                   trained=True)[0],
+           "tokens": ti.token_errors(TINY_TOKENS, 2), "chaos": chaos.chaos_errors(TINY_CHAOS, 2, 2)}
+    for name, values in GOLDEN.items():
+        np.testing.assert_allclose(got[name], values, rtol=1e-9, err_msg=name)
+
+
+def test_sup_error_reports_nan_as_the_worst_case():
+    calls = iter(range(100))
+
+    def evaluate(X):
+        k = next(calls)
+        out = np.zeros_like(X)
+        out[0, 0] = np.nan if k == 1 else 0.1 * k  # blows up at the second evaluation
+        return out, lambda r: np.ones_like(X)
+
+    zero = adw.InputMap(lambda X: (np.zeros_like(X), lambda r: np.zeros_like(X)))
+    best, X = adw.sup_error(adw.InputMap(evaluate), zero, 3, 2, radius=1.0, rng=np.random.default_rng(0),
+                            restarts=1, iterations=4, lr=0.1)
+    assert np.isnan(best) and X.shape == (3, 2)
+    worst = adw.WorstInputs(1.0)
+    for j, e in enumerate([0.2, np.nan, 0.5]):
+        worst.add("depth", "L=4", j, e, np.zeros((3, 2)))
+    assert worst.data()[0]["seed_index"] == 1

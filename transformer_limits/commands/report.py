@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     if not experiments:
         raise UsageError(f"no experiment includes profile {args.profile!r}")
     progress = show_progress(args)
-    # one bar over experiments; the sweeps' own bars nest below it and vanish when done
+    # one bar over experiments; the sweeps' own bars nest below it and vanish when done.  No tqdm
+    # monitor thread: sweep pools fork while the outer bar is alive
+    tqdm.monitor_interval = 0
     config = make_config(args, progress=progress)
     done = []
     bar = tqdm(experiments, desc="experiments", unit="exp", file=sys.stderr, disable=not progress)

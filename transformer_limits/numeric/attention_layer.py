@@ -59,9 +59,16 @@ def adjoint_kernel_path(d: int, d_k: int, d_v: int) -> Path:
     return path
 
 
+#: row tasks of the numba kernels at least (see :func:`_tasks`)
+MIN_TASKS = 16
+
+
 def _tasks(N: int) -> int:
-    """Row tasks of the numba kernels: one per Numba thread (rows i = t, t + T, ... per task t)."""
-    return max(1, min(numba.get_num_threads(), N))
+    """Row tasks of the numba kernels (rows i = t, t + T, ... per task t; each task keeps its own
+    adjoint partials, summed over t afterwards).  T does not follow the thread count up to
+    MIN_TASKS threads, so results are bitwise the same with 1 … 16 Numba threads (e.g. in sweep
+    workers that get fewer threads than the parent)."""
+    return max(1, min(max(MIN_TASKS, numba.get_num_threads()), N))
 
 
 @dataclass

@@ -106,7 +106,7 @@ def _py_scalar_bodies(b: _Blocks) -> dict[str, tuple[list[str], list[str]]]:
               "        m = logit"]
            + ["s = 0.0"] + [f"acc_{c} = 0.0" for c in range(d_v)] + ["for j in range(M):"]
            + ["    " + s for s in logit_at("j")]
-           + ["    e = w[j] * math.exp(logit - m)", "    s += e"]
+           + ["    e = w[j] * math.exp(logit - m) if w[j] > 0.0 else 0.0  # no 0 * inf", "    s += e"]
            + [f"    acc_{c} += e * VF[j, {c}]" for c in range(d_v)]
            + [f"A[i, {c}] = acc_{c} / s" for c in range(d_v)] + ["LOGZ[i] = m + math.log(s)"])
     jac_acc = [f"J[i, {c}, {a}]" for c in range(d_v) for a in range(d)]
@@ -154,7 +154,8 @@ def _numba_forward(b: _Blocks) -> list[str]:
     row = (_py_loads("x", d, "X", "i") + b.q.lines(P) + ["for j in range(M):"]
            + ["    " + s for s in [f"k_{a} = KT[{a}, j]" for a in range(d_k)] + b.logit.lines(P) + ["row[j] = logit"]]
            + row_max + ["s = 0.0"] + [f"acc_{c} = 0.0" for c in range(d_v)] + ["for j in range(M):"]
-           + ["    e = w[j] * fast_exp(row[j] - m)", "    s += e"]
+           # the select keeps a zero-weight atom far above the shift from making 0 * inf = NaN
+           + ["    e = w[j] * fast_exp(row[j] - m) if w[j] > 0.0 else 0.0", "    s += e"]
            + [f"    acc_{c} += e * VT[{c}, j]" for c in range(d_v)]
            + [f"A[i, {c}] = acc_{c} / s" for c in range(d_v)] + ["LOGZ[i] = m + math.log(s)"])
     return ["", '@numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})',
@@ -231,7 +232,7 @@ def _source_numpy(b: _Blocks) -> str:
            "    logit = _logits(X, Q, K, V, KF)",
            "    # zero-weight atoms must not set the shift (their exponentials could underflow Z to 0)",
            "    m = numpy.where(w[None, :] > 0, logit, -numpy.inf).max(axis=1, keepdims=True)",
-           "    e = w[None, :] * numpy.exp(logit - m)",
+           "    e = w[None, :] * numpy.exp(numpy.where(w[None, :] > 0, logit - m, -numpy.inf))  # no 0 * inf",
            "    s = e.sum(axis=1)",
            "    A = (e @ VF) / s[:, None]",
            "    return A, m[:, 0] + numpy.log(s)", "", "",
@@ -290,7 +291,7 @@ def _c_bodies(b: _Blocks) -> dict[str, str]:
               "double s = 0.0;"]
            + [f"double acc_{c} = 0.0;" for c in range(d_v)] + ["for (long long j = 0; j < M; ++j) {"]
            + ["    " + s for s in logit_at()]
-           + ["    const double e = w[j] * exp(logit - m);", "    s += e;"]
+           + ["    const double e = w[j] > 0.0 ? w[j] * exp(logit - m) : 0.0;  // no 0 * inf", "    s += e;"]
            + [f"    acc_{c} += e * VF[j * {d_v} + {c}];" for c in range(d_v)] + ["}"]
            + [f"A[i * {d_v} + {c}] = acc_{c} / s;" for c in range(d_v)] + ["LOGZ[i] = m + log(s);"])
     common_i = (params + loads("x", d, "X", "i", d) + b.q.lines(P, declare=decl)

@@ -28,11 +28,13 @@ import hashlib
 import itertools
 import json
 import math
+import multiprocessing
 import os
 import pickle
 import socket
 import sqlite3
 import sys
+import threading
 import time
 import tomllib
 import traceback
@@ -309,7 +311,7 @@ def load_grid(spec: str | os.PathLike | Mapping[str, Any] | Grid) -> Grid:
 
     Zip groups follow the ``[grid]`` axes in the product order. Raises ``ValueError`` naming the
     key for an unknown section, an empty list, a non-list axis, a bad seed table, unequal zip
-    lengths, a duplicate value, or a parameter name used twice.
+    lengths, a duplicate axis value or zip row, or a parameter name used twice.
     """
     if isinstance(spec, Grid):
         return spec
@@ -644,28 +646,46 @@ class SweepResult:
 # ------------------------------------------------------------------------------------------------
 
 
+# one point at a time per process: a dask worker with several threads would otherwise enter Numba's
+# parallel kernels from two threads, which the default (workqueue) threading layer aborts on
+_POINT_LOCK = threading.Lock()
+
+
+def _limit_numba_threads(threads: int) -> None:
+    """Pool initializer: each of W workers gets cpus // W Numba threads (no oversubscription)."""
+    import numba
+
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+
+
 def _execute_point(fn: Callable[[dict[str, Any]], Mapping[str, Any]],
                    params: dict[str, Any]) -> _Outcome:
     """Run ``fn`` on one point (in a worker) and encode its result as JSON text."""
     worker = f"{socket.gethostname()}:{os.getpid()}"
-    started = time.time()
-    t0 = time.perf_counter()
     status, result, error = "ok", None, None
-    try:
-        value = fn(dict(params))
-        if not isinstance(value, Mapping):
-            raise TypeError(f"sweep function must return a dict, got {type(value).__name__}")
-        bad = [k for k in value if not isinstance(k, str)]
-        if bad:
-            raise TypeError(f"result keys must be strings, got {bad!r}")
-        clash = sorted(set(value) & set(params))
-        if clash:
-            raise ValueError(f"result keys {clash} collide with point parameters")
-        result = canonical_json(dict(value))
-    except Exception:
-        status, error = "error", traceback.format_exc()
-    elapsed = time.perf_counter() - t0
+    with _POINT_LOCK:
+        started = time.time()
+        t0 = time.perf_counter()
+        try:
+            value = _checked_value(fn, params)
+            result = canonical_json(dict(value))
+        except Exception:
+            status, error = "error", traceback.format_exc()
+        elapsed = time.perf_counter() - t0
     return _Outcome(status, result, error, started, time.time(), elapsed, worker)
+
+
+def _checked_value(fn: Callable[[dict[str, Any]], Mapping[str, Any]], params: dict[str, Any]) -> Mapping[str, Any]:
+    value = fn(dict(params))
+    if not isinstance(value, Mapping):
+        raise TypeError(f"sweep function must return a dict, got {type(value).__name__}")
+    bad = [k for k in value if not isinstance(k, str)]
+    if bad:
+        raise TypeError(f"result keys must be strings, got {bad!r}")
+    clash = sorted(set(value) & set(params))
+    if clash:
+        raise ValueError(f"result keys {clash} collide with point parameters")
+    return value
 
 
 class _SerialExecutor(Executor):
@@ -725,7 +745,12 @@ def _make_executor(workers: int, scheduler: Any, mp_context: Any) -> tuple[Any, 
         return executor, executor.capacity
     if workers == 1:
         return _SerialExecutor(), 1
-    return ProcessPoolExecutor(max_workers=workers, mp_context=mp_context), 2 * workers
+    if mp_context is None and os.environ.get("NUMBA_THREADING_LAYER", "").lower() in ("omp", "tbb"):
+        # forking a process whose OpenMP/TBB pool is running is fatal (GNU OpenMP aborts the child)
+        mp_context = multiprocessing.get_context("forkserver")
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=mp_context, initializer=_limit_numba_threads,
+                               initargs=(threads,)), 2 * workers
 
 
 def _check_picklable(fn: Callable) -> None:

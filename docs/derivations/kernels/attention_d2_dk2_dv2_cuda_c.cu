@@ -62,7 +62,7 @@ extern "C" __global__ void forward(const double* __restrict__ X, const double* _
         const double k_0 = KF[j * 2 + 0];
         const double k_1 = KF[j * 2 + 1];
         const double logit = k_0*q_0 + k_1*q_1;
-        const double e = w[j] * exp(logit - m);
+        const double e = w[j] > 0.0 ? w[j] * exp(logit - m) : 0.0;  // no 0 * inf
         s += e;
         acc_0 += e * VF[j * 2 + 0];
         acc_1 += e * VF[j * 2 + 1];

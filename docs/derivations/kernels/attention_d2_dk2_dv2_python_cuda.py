@@ -79,7 +79,7 @@ def forward(X, w, Q, K, V, KF, VF, A, LOGZ):
         k_0 = KF[j, 0]
         k_1 = KF[j, 1]
         logit = k_0*q_0 + k_1*q_1
-        e = w[j] * math.exp(logit - m)
+        e = w[j] * math.exp(logit - m) if w[j] > 0.0 else 0.0  # no 0 * inf
         s += e
         acc_0 += e * VF[j, 0]
         acc_1 += e * VF[j, 1]

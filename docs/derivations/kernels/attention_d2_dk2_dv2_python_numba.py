@@ -109,7 +109,7 @@ def forward(X, w, Q, K, V, KF, VF, A, LOGZ):
             acc_0 = 0.0
             acc_1 = 0.0
             for j in range(M):
-                e = w[j] * fast_exp(row[j] - m)
+                e = w[j] * fast_exp(row[j] - m) if w[j] > 0.0 else 0.0
                 s += e
                 acc_0 += e * VT[0, j]
                 acc_1 += e * VT[1, j]

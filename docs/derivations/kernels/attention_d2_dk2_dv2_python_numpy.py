@@ -66,7 +66,7 @@ def forward(X, w, Q, K, V, KF, VF):
     logit = _logits(X, Q, K, V, KF)
     # zero-weight atoms must not set the shift (their exponentials could underflow Z to 0)
     m = numpy.where(w[None, :] > 0, logit, -numpy.inf).max(axis=1, keepdims=True)
-    e = w[None, :] * numpy.exp(logit - m)
+    e = w[None, :] * numpy.exp(numpy.where(w[None, :] > 0, logit - m, -numpy.inf))  # no 0 * inf
     s = e.sum(axis=1)
     A = (e @ VF) / s[:, None]
     return A, m[:, 0] + numpy.log(s)

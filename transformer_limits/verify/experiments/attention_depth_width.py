@@ -172,7 +172,8 @@ def sup_error(A: InputMap, B: InputMap, N: int, d: int, *, radius: float, rng: n
             b, vjp_b = B.evaluate(X)
             diff = a[0] - b[0]
             val = float(np.linalg.norm(diff))
-            if val > best:
+            # a NaN error (a model that blew up) is the worst case and sticks, so the verdict sees it
+            if best_X is None or (not np.isnan(best) and (val > best or np.isnan(val))):
                 best, best_X = val, X.copy()
             if k == iterations:
                 break
@@ -391,7 +392,8 @@ class WorstInputs:
         """Offer one seed's result; rows are sorted by ``order`` (e.g. (family rank, level index))."""
         key = (family, level)
         self._order[key] = order
-        if key not in self._best or error > self._best[key][0]:
+        old = self._best.get(key, (None,))[0]
+        if old is None or (not np.isnan(old) and (error > old or np.isnan(error))):  # NaN is the worst, as in sup_error
             self._best[key] = (float(error), int(seed_index), np.asarray(X0, dtype=np.float64))
 
     def _items(self):
