@@ -136,3 +136,32 @@ def test_quick_profile_wrong_models_fail():
     assert not lions["trained_exponent_L"]
     assert not token_independence.run(config, log_n_term=1.0).passed
     assert not {c.name: c.passed for c in adamw_box.run(config, coupled_decay=True).checks}["box_holds"]
+
+
+def _synthetic_grid(growth_H: float, seeds: int = 8, seed: int = 0):
+    """Errors C·claim(L, H)·H^growth_H with 10 % log-normal seed noise on a 4 × 5 grid."""
+    L, H = np.array([2.0, 4, 8, 16]), np.array([1.0, 2, 4, 8, 16])
+    rng = np.random.default_rng(seed)
+    base = 1.5 * adw.claimed_rate(L[:, None], H[None, :]) * H[None, :] ** growth_H
+    return L, H, base[:, :, None] * rng.lognormal(0.0, 0.1, size=(L.size, H.size, seeds))
+
+
+def test_rate_bound_check_accepts_the_claim_and_rejects_slower_decay_in_H():
+    L, H, errors = _synthetic_grid(0.0)
+    check, info = adw.rate_bound_check(L, H, errors, 0)
+    assert check.passed and abs(check.statistics["trend"]["H"]["slope"]) < 0.1
+    assert 1.3 < check.statistics["max_mean_ratio"]["value"] < 1.8  # the constant 1.5, up to noise
+    L, H, errors = _synthetic_grid(0.25)  # decays like H^-1/4 only
+    check, _ = adw.rate_bound_check(L, H, errors, 0)
+    assert not check.passed and check.statistics["trend"]["H"]["lower"] > 0 and "grows in H" in check.note
+
+
+def test_grid_heatmap_validates_its_shape():
+    from transformer_limits.verify.rate_plots import grid_heatmap
+
+    fig = grid_heatmap("r", "caption", np.ones((2, 3)), [2, 4], [1, 2, 4], row_label="L", col_label="H",
+                       value_label="r")
+    assert fig.png.startswith(b"\x89PNG")
+    with pytest.raises(ValueError, match="shape"):
+        grid_heatmap("r", "caption", np.ones((3, 2)), [2, 4], [1, 2, 4], row_label="L", col_label="H",
+                     value_label="r")

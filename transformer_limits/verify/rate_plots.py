@@ -19,7 +19,7 @@ import numpy as np
 from transformer_limits.verify.experiment import Figure
 from transformer_limits.verify.rate_fit import PowerLawFit
 
-__all__ = ["RateSeries", "rate_figure"]
+__all__ = ["RateSeries", "grid_heatmap", "rate_figure"]
 
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 
@@ -97,6 +97,39 @@ def rate_figure(name: str, caption: str, series: Sequence[RateSeries], *, xlabel
         ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return Figure(name=name, png=buf.getvalue(), caption=caption)
+
+
+def grid_heatmap(name: str, caption: str, values: np.ndarray, rows: Sequence[float], cols: Sequence[float], *,
+                 row_label: str, col_label: str, value_label: str, log_colour: bool = True) -> Figure:
+    """A heatmap :class:`Figure` of ``values`` (n_rows, n_cols) over a two-parameter grid, every cell
+    annotated with its value (e.g. error / claimed rate over (L, H): where the bound is approached)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import LogNorm, Normalize
+    from matplotlib.figure import Figure as MplFigure
+
+    values = np.asarray(values, dtype=float)
+    if values.shape != (len(rows), len(cols)):
+        raise ValueError(f"values must have shape ({len(rows)}, {len(cols)}), got {values.shape}")
+    fig = MplFigure(figsize=(1.0 + 0.75 * len(cols), 1.2 + 0.55 * len(rows)), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    positive = values[np.isfinite(values) & (values > 0)]
+    norm = (LogNorm(positive.min(), positive.max()) if log_colour and positive.size and positive.min() < positive.max()
+            else Normalize())
+    image = ax.imshow(values, origin="lower", cmap="viridis", norm=norm, aspect="auto")
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            ax.text(j, i, f"{values[i, j]:.3g}", ha="center", va="center", fontsize=7,
+                    color="white" if norm(values[i, j]) < 0.5 else "black")
+    ax.set_xticks(range(len(cols)), [f"{c:g}" for c in cols])
+    ax.set_yticks(range(len(rows)), [f"{r:g}" for r in rows])
+    ax.set_xlabel(col_label)
+    ax.set_ylabel(row_label)
+    fig.colorbar(image, ax=ax, label=value_label)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
