@@ -117,10 +117,14 @@ def test_report_passes_workers_store_and_scheduler_checks_to_the_experiments(dum
     argv = ["report", "--out", str(tmp_path / "r"), "--only", "dummy-pass", "--workers", "2", "--store", str(store)]
     assert main(argv) == 0
     assert seen[0].workers == 2 and seen[0].store == str(store)
+    from transformer_limits.commands.verify import available_cpus
+
+    assert main(["report", "--out", str(tmp_path / "r1"), "--only", "dummy-pass"]) == 0
+    assert seen[1].workers == available_cpus() and seen[1].store is None  # default: every available CPU
     assert main(["report", "--out", str(tmp_path / "r2"), "--only", "dummy-pass", "--store", str(tmp_path)]) == 2
     assert main(["report", "--out", str(tmp_path / "r3"), "--only", "dummy-pass", "--scheduler", " "]) == 2
     err = capsys.readouterr().err
-    assert "--store" in err and "--scheduler" in err and len(seen) == 1
+    assert "--store" in err and "--scheduler" in err and len(seen) == 2
 
 
 def test_list(dummies, capsys):

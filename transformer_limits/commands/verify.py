@@ -11,6 +11,7 @@ Exit 0 when every check passes, 1 (after printing) when one fails, 2 on bad inpu
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -24,7 +25,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=PROFILE_CHOICES, default="quick",
                    help="quick (CI, about a minute per experiment) or full (publication grids)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
-    p.add_argument("--workers", type=int, default=1, help="processes for sweeps (default 1)")
+    p.add_argument("--workers", type=int, default=None,
+                   help=f"processes for sweeps (default: the CPUs this process may use, {available_cpus()} here; "
+                        "results do not depend on it)")
     p.add_argument("--scheduler", help="dask.distributed scheduler address for sweeps (tcp://host:8786)")
     p.add_argument("--store", help="SQLite sweep store: a killed run resumes where it stopped, e.g. runs.sqlite")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -44,6 +47,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def check_out_dir(out: str | None) -> None:
     """``--out`` must not be an existing non-directory (checked before any work)."""
     if out is not None and Path(out).exists() and not Path(out).is_dir():
@@ -56,7 +67,8 @@ def make_config(args: argparse.Namespace, *, progress: bool):
 
     if args.seed < 0:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
-    if args.workers < 1:
+    workers = available_cpus() if args.workers is None else args.workers
+    if workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     store = getattr(args, "store", None)
     if store is not None and Path(store).is_dir():
@@ -66,7 +78,7 @@ def make_config(args: argparse.Namespace, *, progress: bool):
     scheduler = getattr(args, "scheduler", None)
     if scheduler is not None and not scheduler.strip():
         raise UsageError("--scheduler needs an address such as tcp://host:8786")
-    return ExperimentConfig(profile=args.profile, seed=args.seed, workers=args.workers, progress=progress,
+    return ExperimentConfig(profile=args.profile, seed=args.seed, workers=workers, progress=progress,
                             scheduler=scheduler, store=store)
 
 
