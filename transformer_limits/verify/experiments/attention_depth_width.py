@@ -679,5 +679,5 @@ register_experiment(Experiment(
     derivations=("attention", "adamw-box"),
     check_names=("exponent_L", "exponent_H", "rate_bound_holds", "trained_exponent_L", "trained_exponent_H"),
     run=run,
-    budget_s={"quick": 60.0, "full": 3600.0},
+    budget_s={"quick": 60.0, "full": 900.0},
 ))

@@ -142,5 +142,5 @@ register_experiment(Experiment(
     derivations=("mlp-kernel",),
     check_names=("exponent_N",),
     run=run,
-    budget_s={"quick": 45.0, "full": 900.0},
+    budget_s={"quick": 45.0, "full": 720.0},
 ))

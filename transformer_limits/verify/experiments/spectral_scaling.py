@@ -416,5 +416,5 @@ register_experiment(Experiment(
     check_names=("training_learns", "muon_hard_beta_exceeds_adamw", "dion_rank_monotone"),
     run=run,
     profiles=("full",),
-    budget_s={"quick": 300.0, "full": 1100.0},
+    budget_s={"quick": 300.0, "full": 900.0},
 ))

@@ -138,5 +138,5 @@ register_experiment(Experiment(
     derivations=("attention",),
     check_names=("slope_in_log_N",),
     run=run,
-    budget_s={"quick": 45.0, "full": 1800.0},
+    budget_s={"quick": 45.0, "full": 400.0},
 ))
