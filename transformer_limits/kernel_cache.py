@@ -28,7 +28,7 @@ __all__ = ["cache_dir", "versions_tag", "kernel_spec", "lookup_source", "record_
            "load_python_source", "CODEGEN_VERSION"]
 
 #: bump when a template or printer changes the generated text in a way the keys would not see
-CODEGEN_VERSION = "3"
+CODEGEN_VERSION = "4"
 
 
 def cache_dir() -> Path:
