@@ -77,7 +77,7 @@ from transformer_limits.verify.verdicts import Check, exponent_equals, fit_adequ
 
 __all__ = ["SETTINGS", "HEAD_SCALES", "FlippedLionsTransformer", "InputMap", "discrete_map", "limit_map", "sup_error",
            "PaperAModels", "depth_errors", "fluctuation_errors", "total_errors", "family_tasks", "evaluate_task",
-           "run_families", "FamilyErrors", "WorstInputs", "run"]
+           "run_families", "FamilyErrors", "WorstInputs", "is_worse", "run"]
 
 ALPHA = 0.01
 TOLERANCE = 0.15
@@ -155,6 +155,12 @@ def _project(X: np.ndarray, radius: float) -> np.ndarray:
     return X * np.minimum(1.0, radius / np.maximum(norms, 1e-300))
 
 
+def is_worse(error: float, best: float | None) -> bool:
+    """Whether ``error`` replaces ``best`` as the worst case: larger, or NaN (a model that blew up is the
+    worst case and sticks, so the verdict sees it); ``best`` None means nothing seen yet."""
+    return best is None or (not np.isnan(best) and (error > best or np.isnan(error)))
+
+
 def sup_error(A: InputMap, B: InputMap, N: int, d: int, *, radius: float, rng: np.random.Generator,
               restarts: int, iterations: int, lr: float) -> tuple[float, np.ndarray]:
     """(estimated sup_{X0 in B_R^N} |A(X0)^1 − B(X0)^1|, the worst X0 found).
@@ -174,8 +180,7 @@ def sup_error(A: InputMap, B: InputMap, N: int, d: int, *, radius: float, rng: n
             b, vjp_b = B.evaluate(X)
             diff = a[0] - b[0]
             val = float(np.linalg.norm(diff))
-            # a NaN error (a model that blew up) is the worst case and sticks, so the verdict sees it
-            if best_X is None or (not np.isnan(best) and (val > best or np.isnan(val))):
+            if is_worse(val, None if best_X is None else best):
                 best, best_X = val, X.copy()
             if k == iterations:
                 break
@@ -359,26 +364,29 @@ def family_tasks(s: dict[str, Any]) -> list[dict[str, Any]]:
 
 def evaluate_task(point: dict[str, Any]) -> dict[str, Any]:
     """Sweep function: the sup errors of one task (see :func:`family_tasks`) and the worst inputs found,
-    ``{"errors": [e, ...], "inputs": [X0 as (N, d) nested lists, ...]}``."""
+    ``{"cells": [level indices, ...], "errors": [e, ...], "inputs": [X0 as (N, d) nested lists, ...]}``;
+    a cell is ``[i]`` (one level axis) or ``[a, b]`` (the (L, H) grid)."""
     s = point["settings"]
     M = models_for(s, point["head_scale"], point["lions_sign"])
     seed, family, j, a, b = point["base_seed"], point["family"], point["j"], point["a"], point["b"]
     nL, nH = len(s["L_levels"]), len(s["H_levels"])
     if family in ("depth", "depth_trained"):
-        levels = range(nL) if a is None else [a]
-        errors = depth_row(M, seed + (11 if family == "depth_trained" else 0), j, levels,
+        cells = [[i] for i in (range(nL) if a is None else [a])]
+        errors = depth_row(M, seed + (11 if family == "depth_trained" else 0), j, [i for i, in cells],
                            trained=family == "depth_trained")
     elif family in ("heads", "heads_trained"):
-        cells = [(0, k) for k in (range(nH) if b is None else [b])]
+        cells = [[k] for k in (range(nH) if b is None else [b])]
         errors = fluctuation_row(M, seed + (11 if family == "heads_trained" else 0), (s["L_H"],), s["H_levels"], j,
-                                 cells, trained=family == "heads_trained")
+                                 [(0, k) for k, in cells], trained=family == "heads_trained")
     elif family == "cross":
+        cells = [[a]]
         errors = fluctuation_row(M, seed + 7, s["cross_L"], (s["cross_H"],), j, [(a, 0)], trained=False)
     elif family == "grid":
+        cells = [[a, b]]
         errors = [grid_error(M, seed, j, a, b)]
     else:
         raise ValueError(f"family must be one of {', '.join(FAMILIES)}; got {family!r}")
-    return {"errors": [e for e, _ in errors], "inputs": [X.tolist() for _, X in errors]}
+    return {"cells": cells, "errors": [e for e, _ in errors], "inputs": [X.tolist() for _, X in errors]}
 
 
 class WorstInputs:
@@ -394,8 +402,7 @@ class WorstInputs:
         """Offer one seed's result; rows are sorted by ``order`` (e.g. (family rank, level index))."""
         key = (family, level)
         self._order[key] = order
-        old = self._best.get(key, (None,))[0]
-        if old is None or (not np.isnan(old) and (error > old or np.isnan(error))):  # NaN is the worst, as in sup_error
+        if is_worse(error, self._best.get(key, (None,))[0]):
             self._best[key] = (float(error), int(seed_index), np.asarray(X0, dtype=np.float64))
 
     def _items(self):
@@ -441,30 +448,24 @@ def run_families(config: ExperimentConfig, s: dict[str, Any], head_scale: str = 
     grid = {"zip": {"task": {k: [t[k] for t in tasks] for k in ("family", "j", "a", "b")}},
             "fixed": {"settings": jsonable_settings(s), "base_seed": config.seed, "head_scale": head_scale,
                       "lions_sign": lions_sign}}
-    sweep = run_points(config, evaluate_task, grid, experiment="attention-depth-width", version=2)
+    sweep = run_points(config, evaluate_task, grid, experiment="attention-depth-width", version=3)
     nL, nH, nc = len(s["L_levels"]), len(s["H_levels"]), len(s["cross_L"])
     arrays = {"depth": np.empty((nL, s["seeds_L"])), "depth_trained": np.empty((nL, s["seeds_L"])),
               "heads": np.empty((nH, s["seeds_H"])), "heads_trained": np.empty((nH, s["seeds_H"])),
               "cross": np.empty((nc, s["seeds_H"])),
               "grid": np.empty((len(s["grid_L"]), len(s["grid_H"]), s["seeds_grid"]))}
-    label = {"depth": lambda k: f"L={s['L_levels'][k]}", "heads": lambda k: f"L={s['L_H']}, H={s['H_levels'][k]}",
-             "cross": lambda k: f"L={s['cross_L'][k]}, H={s['cross_H']}"}
+    label = {"depth": lambda i: f"L={s['L_levels'][i]}", "heads": lambda k: f"L={s['L_H']}, H={s['H_levels'][k]}",
+             "cross": lambda a: f"L={s['cross_L'][a]}, H={s['cross_H']}",
+             "grid": lambda a, b: f"L={s['grid_L'][a]}, H={s['grid_H'][b]}"}
     label["depth_trained"], label["heads_trained"] = label["depth"], label["heads"]
     seconds: dict[str, float] = {}
     worst = WorstInputs(s["radius"])
     for record in sweep.records:
-        p, res = record.params, record.result
-        family, j, a, b = p["family"], p["j"], p["a"], p["b"]
+        family, j, res = record.params["family"], record.params["j"], record.result
         seconds[family] = seconds.get(family, 0.0) + (record.elapsed_s or 0.0)
-        if family == "grid":
-            arrays["grid"][a, b, j] = res["errors"][0]
-            worst.add(family, f"L={s['grid_L'][a]}, H={s['grid_H'][b]}", j, res["errors"][0], res["inputs"][0],
-                      (FAMILIES.index(family), a, b))
-            continue
-        levels = [a if b is None else b] if (a is not None or b is not None) else range(len(res["errors"]))
-        for k, e, X in zip(levels, res["errors"], res["inputs"]):
-            arrays[family][k, j] = e
-            worst.add(family, label[family](k), j, e, X, (FAMILIES.index(family), k))
+        for cell, e, X in zip(res["cells"], res["errors"], res["inputs"]):
+            arrays[family][(*cell, j)] = e
+            worst.add(family, label[family](*cell), j, e, X, (FAMILIES.index(family), *cell))
     return FamilyErrors(arrays, seconds, worst)
 
 
