@@ -147,3 +147,12 @@ def test_symbolic_and_numeric_bound_agree_on_grid():
     for b1, b2 in BETAS[:5]:
         expected = np.array([float(f(b1, b2, int(k))) for k in ks])
         np.testing.assert_allclose(adamw_update_bound(b1, b2, ks), expected, rtol=1e-9)
+
+
+@pytest.mark.parametrize("b2", [1e-12, 1e-40])
+def test_derivation_builds_where_C_beta_is_constant_to_working_precision(b2):
+    """beta1 = 0 and a tiny beta2: C_beta(k) = sqrt(1 - beta2^k)/sqrt(1 - beta2) stops changing at 60
+    digits after a few steps; the monotonicity check used to raise 'C_beta(k) increasing' here."""
+    values = tl.derivation("adamw-box", beta1=0.0, beta2=b2, k=7).values
+    assert values["C_beta_k"] == pytest.approx(1.0, abs=1e-11)
+    assert values["C_beta_sup"] == pytest.approx(1.0, abs=1e-11)

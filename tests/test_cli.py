@@ -113,3 +113,36 @@ def test_python_dash_m_entry_point():
     out = subprocess.run([sys.executable, "-m", "transformer_limits", "derive", "--list"],
                          capture_output=True, text=True, env=dict(os.environ))
     assert out.returncode == 0 and "attention-lions-derivative" in out.stdout
+
+
+def test_exit_codes_map_the_error_types_and_sigterm_handler_is_restored(capsys, monkeypatch):
+    """0/1/2/3 come from transformer_limits.errors; main() installs its SIGTERM handler only while it runs."""
+    import errno
+    import signal
+
+    from transformer_limits import cli, errors
+
+    before = signal.getsignal(signal.SIGTERM)
+    seen = []
+
+    def handler(exc):
+        def run_(args):
+            seen.append(signal.getsignal(signal.SIGTERM))
+            raise exc
+        return run_
+
+    cases = [(cli.CheckFailed("x"), 1), (errors.StoreError("store 'x' is locked"), 2),
+             (errors.SchedulerError("not dask"), 2), (errors.ExperimentCrashed("a crashed"), 3),
+             (errors.EnvironmentFailure("pool broke"), 3), (MemoryError(), 3),
+             (OSError(errno.ENOSPC, "No space left on device"), 3), (OSError(errno.ENOENT, "missing"), 2),
+             (cli.Terminated(), 143), (KeyboardInterrupt(), 130)]
+    for exc, code in cases:
+        parser = cli.build_parser()
+        monkeypatch.setattr(cli, "build_parser", lambda parser=parser: parser)
+        args = parser.parse_args(["info"])
+        monkeypatch.setattr(parser, "parse_args", lambda argv, args=args, exc=exc: setattr(args, "handler", handler(exc)) or args)
+        assert main(["info"]) == code, exc
+        err = capsys.readouterr().err.strip()
+        assert (err == "") == (code == 1) and "\n" not in err and "Traceback" not in err
+    assert seen and all(h is cli._raise_terminated for h in seen)
+    assert signal.getsignal(signal.SIGTERM) == before

@@ -1,4 +1,4 @@
-"""``transformer-limits verify`` / ``report``: exit codes 0/1/2, output formats, nothing half-written."""
+"""``transformer-limits verify`` / ``report``: exit codes 0/1/2/3, output formats, nothing half-written."""
 
 from __future__ import annotations
 
@@ -63,12 +63,20 @@ def test_verify_json(dummies, capsys):
     assert data["checks"][0]["name"] == "dummy_check" and data["provenance"]["seeds"] == {"base": 7}
 
 
-def test_verify_crash_is_a_failed_check(dummies, capsys, tmp_path):
-    assert main(["verify", "dummy-crash", "--out", str(tmp_path / "r")]) == 1
-    out = capsys.readouterr().out
-    assert "ran_without_error" in out and "RuntimeError: dummy-crash exploded" in out
+def test_verify_crash_is_an_error_not_a_failed_check(dummies, capsys, tmp_path):
+    assert main(["verify", "dummy-crash", "--out", str(tmp_path / "r")]) == 3
+    captured = capsys.readouterr()
+    assert "RESULT: ERROR" in captured.out and "RuntimeError: dummy-crash exploded" in captured.out
+    assert "FAIL" not in captured.out
+    err = captured.err.strip()
+    assert "dummy-crash crashed" in err and "\n" not in err
     data = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert data["status"] == "error" and data["passed"] is False and data["checks"] == []
+    assert data["error"] == "RuntimeError: dummy-crash exploded"
     assert any("Traceback" in n for n in data["notes"])
+    for page in ("report.md", "report.html"):
+        text = (tmp_path / "r" / page).read_text()
+        assert "ERROR" in text and "FAIL" not in text
 
 
 def test_verify_writes_report(dummies, tmp_path, capsys):
@@ -143,16 +151,23 @@ def test_report_runs_all_and_survives_a_crash(dummies, tmp_path, capsys):
     out = tmp_path / "rep"
     code = main(["report", "--out", str(out), "--only", "dummy-pass", "dummy-crash", "dummy-fail",
                  "--no-progress"])
-    assert code == 1
+    assert code == 3  # a crash outranks a failed check
     assert CALLS == ["dummy-pass", "dummy-crash", "dummy-fail"]
     text = capsys.readouterr().out
-    assert "RESULT: FAIL (1/3 experiments passed" in text and "failed: ran_without_error" in text
+    assert "RESULT: ERROR (1/3 experiments passed, 1 crashed" in text and "crashed: RuntimeError" in text
     summary = json.loads((out / "summary.json").read_text())
     assert [e["passed"] for e in summary["experiments"]] == [True, False, False]
+    assert [e["status"] for e in summary["experiments"]] == ["pass", "error", "fail"]
+    assert summary["status"] == "error" and summary["n_errors"] == 1
     for name in ("dummy-pass", "dummy-crash", "dummy-fail"):
         assert {"results.json", "report.md", "report.html"} <= {p.name for p in (out / name).iterdir()}
     assert (out / "index.md").is_file() and (out / "index.html").is_file()
+    index = (out / "index.md").read_text()
+    assert "[dummy-crash](dummy-crash/report.md) | A | ERROR |" in index and "[dummy-fail](dummy-fail/report.md) | A | FAIL |" in index
+    assert "Crashed experiments" in index and "dummy-crash: RuntimeError: dummy-crash exploded" in index
+    assert '<tr class="error">' in (out / "index.html").read_text()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging leftovers
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
 
 
 def test_report_pass_exit_0_and_json(dummies, tmp_path, capsys):
@@ -165,7 +180,7 @@ def test_report_selects_by_profile(dummies, monkeypatch, tmp_path, capsys):
     # only the dummies are in "full"; keep the real experiments out of this test
     for name in [n for n in experiment_mod._REGISTRY if not n.startswith("dummy-")]:
         monkeypatch.delitem(experiment_mod._REGISTRY, name)
-    assert main(["report", "--profile", "full", "--out", str(tmp_path)]) == 1
+    assert main(["report", "--profile", "full", "--out", str(tmp_path)]) == 3
     assert sorted(CALLS) == ["dummy-crash", "dummy-fail", "dummy-pass"]
     CALLS.clear()
     assert main(["report", "--profile", "quick", "--out", str(tmp_path / "q")]) == 2
@@ -179,9 +194,12 @@ def test_report_unknown_only_is_bad_input(dummies, tmp_path, capsys):
 
 
 def test_crash_while_writing_the_report_leaves_nothing_half_written(dummies, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(report_mod, "_html", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
-    assert main(["verify", "dummy-pass", "--out", str(tmp_path / "r")]) == 2  # OSError: one line, exit 2
-    assert "disk full" in capsys.readouterr().err
+    import errno
+
+    monkeypatch.setattr(report_mod, "_html",
+                        lambda *a: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")))
+    assert main(["verify", "dummy-pass", "--out", str(tmp_path / "r")]) == 3  # environment failure mid-run
+    assert "No space left" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
     monkeypatch.setattr(report_mod, "_html", lambda *a: (_ for _ in ()).throw(RuntimeError("bug")))
     with pytest.raises(RuntimeError, match="bug"):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from transformer_limits.numeric.matrix_optimizers import (
     NS_COEFFICIENTS_DION,
     NS_COEFFICIENTS_ORIGINAL,
+    NS_EPS_RUNS,
     Dion,
     Lion,
     Muon,
@@ -160,7 +161,7 @@ def test_normuon_preserves_the_frobenius_norm_of_O(shape, seed):
         G = rng.standard_normal(shape)
         W0 = W.copy()
         opt.step(W, G)
-        O = newton_schulz(G, "dion")
+        O = newton_schulz(G, "dion", NS_EPS_RUNS)  # NorMuon's default is the runs' eps
         O_hat = opt.last_update
         assert np.linalg.norm(O_hat) == pytest.approx(np.linalg.norm(O), rel=1e-10)
         # Ô is O with each row rescaled by a positive factor
@@ -248,3 +249,19 @@ def test_lion_update_rule_any_shape():
     np.testing.assert_allclose(W, W_ref, rtol=1e-14)
     with pytest.raises(ValueError, match="betas"):
         Lion(betas=(1.0, 0.9))
+
+
+def test_dion_keeps_q_when_the_momentum_is_not_finite():
+    """A non-finite momentum (as after an overflow; set directly here, since ``step`` rejects
+    non-finite gradients) is treated like an all-zero one (microsoft/dion ``fix_all_zero_or_nan``):
+    no update, ``Q`` kept up to column normalisation, weights unchanged."""
+    rng = np.random.default_rng(8)
+    opt = Dion(lr=0.01, weight_decay=0.0, rank_fraction=0.5, seed=2)
+    W = rng.standard_normal((6, 4))
+    opt.step(W, rng.standard_normal((6, 4)))
+    opt.momentum_buffer[0, 0] = np.inf
+    Q1, W1 = opt.Q.copy(), W.copy()
+    opt.step(W, rng.standard_normal((6, 4)))
+    np.testing.assert_array_equal(opt.last_P, 0.0)
+    np.testing.assert_allclose(opt.Q, Q1 / (np.linalg.norm(Q1, axis=0) + 1e-8), rtol=1e-15)
+    np.testing.assert_array_equal(W, W1)

@@ -27,7 +27,8 @@ from transformer_limits.symbolic.mlp_kernel import (
 FEW = settings(max_examples=6, derandomize=True, deadline=None,
                suppress_health_check=[HealthCheck.too_slow])
 
-# THEORY.md §2.8 (Draft B, Appendix B), ReLU rows: (d, σ_U = σ_W = σ, k(1), k'(1)) as printed.
+# Agazzi et al. 2026 (arXiv:2604.26898), Appendix B table, ReLU rows: (d, σ_U = σ_W = σ, k(1), k'(1))
+# as printed.
 RELU_TABLE = [
     (5, 0.0, "1.00e-01", "1.00e-01"),
     (5, 0.1, "1.15e-01", "1.00e-01"),

@@ -148,3 +148,37 @@ def test_design_matrix_matches_terms_and_leading_exponent(claim, seed):
     for p in claim.parameters:
         q = claim.leading_exponent(p)
         assert all(t.exponents.get(p, 0) <= q for t in claim.terms if p in t.parameters)
+
+
+# -- input limits (issue 11): ValueError with a clear message, never OverflowError/RecursionError ------
+
+@pytest.mark.parametrize("text, match", [
+    ("L^1e999", "too long or too large"),
+    ("L^-1e999", "too long or too large"),
+    ("L^(1e-999)", "too long or too large"),
+    ("1e999999999/L", "too long or too large"),
+    ("L^1e5", "outside the stated limits"),
+    ("L^-1/99999", "outside the stated limits"),
+    ("((L^50)^50)", "outside the stated limits"),
+    ("(" * 40 + "L" + ")" * 40, "nested deeper than the stated limit"),
+    ("(" * 999 + "L" + ")" * 999, "nested deeper than the stated limit"),
+    ("(" * 5000 + "L" + ")" * 5000, "over the stated limit"),
+    ("L^-1 + " * 400 + "m^-1", "over the stated limit"),
+], ids=lambda v: v[:20] if isinstance(v, str) else None)
+def test_claim_input_limits(text, match):
+    from transformer_limits.verify import rate_claims
+
+    with pytest.raises(ValueError, match=match) as info:
+        parse_rate_claim(text)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
+    # the limits are stated in the module and sit above every realistic claim
+    assert rate_claims.MAX_NESTING >= 8 and rate_claims.MAX_ABS_EXPONENT >= 10
+    assert str(parse_rate_claim("(" * rate_claims.MAX_NESTING + "L" + ")" * rate_claims.MAX_NESTING)) == "C1 L"
+    assert parse_rate_claim("L^-100 + L^(1/10000)").leading_exponent("L") == Fraction(1, 10000)
+
+
+def test_programmatic_terms_respect_the_exponent_limit():
+    with pytest.raises(ValueError, match="outside the stated limits"):
+        RateTerm("C1", {"L": 10**999})
+    with pytest.raises(ValueError, match="short rational"):
+        RateTerm("C1", {"L": "1" * 100})

@@ -211,3 +211,48 @@ def test_fit_invariant_to_level_order(seed, permutation):
     assert shuffled.exponent.value == pytest.approx(base.exponent.value, abs=1e-12)
     np.testing.assert_allclose(shuffled.interval(), base.interval(), atol=1e-12)
     np.testing.assert_allclose(shuffled.params, base.params)
+
+
+def test_bootstrap_size_is_limited_up_front():
+    """Issue 11: n_boot=10**12 used to raise MemoryError; it is a ValueError naming n_boot, raised before
+    any allocation, against the stated limit (resource_limits.MAX_BOOTSTRAP_REPLICATES) and the memory
+    estimate n_boot · n_levels · n_seeds · 32 bytes against MEMORY_BUDGET_BYTES."""
+    from transformer_limits.resource_limits import MAX_BOOTSTRAP_REPLICATES, MEMORY_BUDGET_BYTES
+    from transformer_limits.verify.rate_fit import bootstrap_memory_bytes
+
+    errors = _data(seed=12)
+    for call in (lambda n: fit_power_law(L, errors, n_boot=n), lambda n: local_orders(L, errors, n_boot=n),
+                 lambda n: choose_asymptotic_window(L, errors, n_boot=n),
+                 lambda n: fit_rate_claim("L^-1", {"L": L}, errors, n_boot=n)):
+        with pytest.raises(ValueError, match=r"n_boot must be <= 1000000 .*stated") as info:
+            call(10**12)
+        assert "\n" not in str(info.value)
+        with pytest.raises(ValueError, match="n_boot"):
+            call(-1)
+    assert MAX_BOOTSTRAP_REPLICATES == 10**6
+    # within the count limit but over the memory budget: refused with the estimate in the message
+    n_seeds = 4000
+    assert bootstrap_memory_bytes(10**5, L.size, n_seeds) > MEMORY_BUDGET_BYTES
+    with pytest.raises(ValueError, match=r"n_boot=100000 on 7 levels x 4000 seeds would need about .* GiB"):
+        fit_power_law(L, np.ones((L.size, n_seeds)), n_boot=10**5)
+    assert bootstrap_memory_bytes(2000, 9, 64) < 0.1 * MEMORY_BUDGET_BYTES  # the defaults are far below
+
+
+@pytest.mark.parametrize("resample", ["independent", "paired"])
+@pytest.mark.parametrize("aggregate", ["mean", "rms", "geometric", "median"])
+def test_bootstrap_memory_estimate_bounds_the_measured_peak(resample, aggregate):
+    """The stated estimate is an upper bound of the resampling's measured peak (tracemalloc sees NumPy
+    buffers) and not wildly loose (within a factor 4)."""
+    import tracemalloc
+
+    from transformer_limits.verify.rate_fit import _replicates, bootstrap_memory_bytes
+
+    errors = _data(seed=13, n_seeds=50)
+    tracemalloc.start()
+    try:
+        _replicates(errors, 2000, 0, resample, aggregate)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    estimate = bootstrap_memory_bytes(2000, *errors.shape)
+    assert estimate / 4 <= peak <= estimate, peak / (2000 * errors.size)

@@ -190,14 +190,13 @@ def test_write_index(tmp_path):
         assert (tmp_path / name / "results.json").is_file()
 
 
-def test_run_experiment_turns_an_exception_into_a_failed_check():
+def test_run_experiment_records_an_exception_as_a_crash_not_a_failed_check():
     def crash(config):
         raise RuntimeError("model diverged")
 
     result = run_experiment(_experiment(run=crash), ExperimentConfig())
-    assert not result.passed
-    assert [c.name for c in result.checks] == ["ran_without_error"]
-    assert "RuntimeError: model diverged" in result.checks[0].note
+    assert not result.passed and result.status == "error"
+    assert result.checks == [] and result.error == "RuntimeError: model diverged"
     assert any("Traceback" in n and "model diverged" in n for n in result.notes)
     assert result.provenance["timings"]["run_s"] >= 0
 
@@ -205,8 +204,18 @@ def test_run_experiment_turns_an_exception_into_a_failed_check():
 def test_run_experiment_flags_missing_declared_checks():
     exp = _experiment(check_names=("rate_at_least", "exponent_L"))
     result = run_experiment(exp, ExperimentConfig())
-    assert [c.name for c in result.checks] == ["rate_at_least", "reported:exponent_L"]
-    assert not result.passed
+    assert [c.name for c in result.checks] == ["rate_at_least"]
+    assert result.status == "error" and "exponent_L" in result.error and not result.passed
+
+
+def test_run_experiment_lets_input_and_environment_errors_stop_the_run():
+    from transformer_limits.errors import EnvironmentFailure, StoreError
+
+    for exc in (StoreError("store 'x' is corrupted"), EnvironmentFailure("disk full"), MemoryError()):
+        def run(config, exc=exc):
+            raise exc
+        with pytest.raises(type(exc)):
+            run_experiment(_experiment(run=run), ExperimentConfig())
 
 
 def test_rate_figure_validates_shapes():

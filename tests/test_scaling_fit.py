@@ -176,3 +176,14 @@ def test_csv_missing_file_and_empty_file(tmp_path):
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(ValueError, match="missing column"):
         read_points_csv(tmp_path / "empty.csv")
+
+
+def test_bootstrap_size_is_limited_up_front():
+    """Issue 11: a huge n_bootstrap is a ValueError naming it (stated limit and memory estimate from
+    transformer_limits.resource_limits), raised before any allocation."""
+    with pytest.raises(ValueError, match=r"n_bootstrap must be <= 1000000"):
+        fit_power_law([1.0, 2.0, 3.0], [1.0, 2.0, 3.5], n_bootstrap=10**12)
+    with pytest.raises(ValueError, match=r"n_bootstrap must be <= 1000000"):
+        bootstrap_slopes(np.log([1.0, 2.0, 3.0]), np.array([0.0, 1.0, 2.0]), n_bootstrap=10**12)
+    with pytest.raises(ValueError, match=r"n_bootstrap=1000000 on 40000 points would need about"):
+        fit_power_law(np.arange(1.0, 40_001.0), np.arange(1.0, 40_001.0) ** 0.5, n_bootstrap=10**6)

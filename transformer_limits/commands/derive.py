@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("text", "latex", "json"), default="text")
     p.add_argument(
         "--param", action="append", default=[], metavar="KEY=VALUE",
-        help="derivation parameter, e.g. d=3 or R=1.5 (repeatable)",
+        help="derivation parameter, e.g. d=3 or R=1.5 (repeatable; each has a validated range, listed "
+             "by `derive --list --format json`; out of range = exit 2)",
     )
     p.set_defaults(handler=run)
 
@@ -49,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
                 "name": s.name,
                 "title": s.title,
                 "params": [
-                    {"name": p.name, "type": p.kind.__name__, "default": p.default, "doc": p.doc}
+                    {"name": p.name, "type": p.kind.__name__, "default": p.default, "doc": p.doc,
+                     "low": p.low, "high": p.high, "low_open": p.low_open,
+                     "choices": list(p.choices) if p.choices else None}
                     for p in s.params
                 ],
             }

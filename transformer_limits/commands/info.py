@@ -34,13 +34,19 @@ def run(args: argparse.Namespace) -> int:
         "sympy": sympy.__version__,
         "mpmath": mpmath.__version__,
     }
+    from transformer_limits import resource_limits as rl
+
     backends = [s.__dict__ for s in backend_status()]
+    limits = {"max_bootstrap_replicates": rl.MAX_BOOTSTRAP_REPLICATES,
+              "memory_budget_bytes": rl.MEMORY_BUDGET_BYTES,
+              "max_kernel_dimension": rl.MAX_KERNEL_DIMENSION}
     payload = {
         "versions": versions,
         "backends": backends,
         "nvcc": nvcc_path(),
         "kernel_cache": str(cache_dir()),
         "platform": platform.platform(),
+        "limits": limits,
     }
     lines = ["transformer_limits " + __version__, "", "versions:"]
     lines += [f"  {k:<20} {v}" for k, v in versions.items()]
@@ -50,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
         ver = b["version"] or "-"
         lines.append(f"  {b['name']:<16} {mark}  {ver:<10} {b['reason']}")
     lines += ["", f"nvcc:          {payload['nvcc'] or 'not on PATH (CUDA C sources are not compiled)'}",
-              f"kernel cache:  {payload['kernel_cache']}"]
+              f"kernel cache:  {payload['kernel_cache']}",
+              "", "stated limits (transformer_limits.resource_limits):",
+              f"  bootstrap replicates  <= {rl.MAX_BOOTSTRAP_REPLICATES}",
+              f"  memory per step       <= {rl.format_bytes(rl.MEMORY_BUDGET_BYTES)}",
+              f"  kernel d, d_k, d_v    <= {rl.MAX_KERNEL_DIMENSION}"]
     emit(payload, args.format, "\n".join(lines))
     return 0

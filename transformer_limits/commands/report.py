@@ -5,11 +5,17 @@
                               [--format text|json] [--no-progress]
 
 Writes ``DIR/<name>/{results.json,report.md,report.html,*.png}`` per experiment and
-``DIR/{index.md,index.html,summary.json}``.  An exception inside an experiment is reported as its
-failed check ``ran_without_error`` (traceback in its notes); the other experiments still run.
+``DIR/{index.md,index.html,summary.json}``.  The whole tree is built in a staging folder inside
+``DIR`` and moved in at the end, replacing an earlier report there as a whole (its index, the
+experiment folders it listed, their figures and derivation pages); an interrupted run leaves
+``DIR`` as it was.  An exception inside an experiment marks it ERROR (``status: "error"`` in its
+results.json, traceback in its notes), never FAIL; the other experiments still run.  A bad store,
+scheduler, grid size or output folder stops the run before any work (exit 2); a full disk, an
+unwritable store or a broken worker pool mid-run stops it with exit 3.
 With ``--store`` the experiments' sweeps are kept in one SQLite file, so a killed (full) report rerun
 with the same options skips every point it already finished.
-Exit 0 when every check of every experiment passes, 1 otherwise, 2 on bad input.
+Exit 0 when every check of every experiment passes, 1 when a check failed and nothing crashed,
+2 on bad input, 3 when an experiment crashed (see :mod:`transformer_limits.errors`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import argparse
 import sys
 
 from transformer_limits.cli import CheckFailed, UsageError, emit
+from transformer_limits.errors import ExperimentCrashed
 from transformer_limits.commands.verify import add_run_options, check_out_dir, make_config, show_progress
 
 
@@ -51,8 +58,9 @@ def selected_experiments(profile: str, only: list[str] | None):
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from transformer_limits.atomic_write import replaced_directory
     from transformer_limits.verify.experiment import run_experiment
-    from transformer_limits.verify.report import write_experiment_report, write_index
+    from transformer_limits.verify.report import report_entries, write_experiment_report, write_index
 
     check_out_dir(args.out)
     experiments = selected_experiments(args.profile, args.only)
@@ -64,22 +72,32 @@ def run(args: argparse.Namespace) -> int:
     tqdm.monitor_interval = 0
     config = make_config(args, progress=progress)
     done = []
-    bar = tqdm(experiments, desc="experiments", unit="exp", file=sys.stderr, disable=not progress)
-    for exp in bar:
-        bar.set_postfix_str(exp.name)
-        result = run_experiment(exp, config)
-        write_experiment_report(result, f"{args.out}/{exp.name}", exp, config)
-        done.append((exp, result))
-    bar.close()
-    summary = write_index(done, args.out, args.profile)
+    with replaced_directory(args.out, owned=report_entries) as stage:
+        bar = tqdm(experiments, desc="experiments", unit="exp", file=sys.stderr, disable=not progress)
+        try:
+            for exp in bar:
+                bar.set_postfix_str(exp.name)
+                result = run_experiment(exp, config)
+                write_experiment_report(result, stage / exp.name, exp, config)
+                done.append((exp, result))
+        finally:
+            bar.close()
+        summary = write_index(done, stage, args.profile)
     width = max(len(e["name"]) for e in summary["experiments"])
-    lines = [f"{e['name']:<{width}}  {'PASS' if e['passed'] else 'FAIL'}  {e['checks_passed']}/{e['checks_total']} "
+    word = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
+    lines = [f"{e['name']:<{width}}  {word[e['status']]:<5}  {e['checks_passed']}/{e['checks_total']} "
              f"checks  {e['time_s']:.1f} s" + (f"  failed: {', '.join(e['failed_checks'])}" if e["failed_checks"] else "")
+             + (f"  crashed: {e['error']}" if e["status"] == "error" else "")
              for e in summary["experiments"]]
-    lines.append(f"RESULT: {'PASS' if summary['passed'] else 'FAIL'} ({summary['n_passed']}/"
-                 f"{summary['n_experiments']} experiments passed, {summary['total_time_s']:.1f} s); "
-                 f"index: {args.out}/index.md")
+    lines.append(f"RESULT: {word[summary['status']]} ({summary['n_passed']}/"
+                 f"{summary['n_experiments']} experiments passed"
+                 + (f", {summary['n_errors']} crashed" if summary["n_errors"] else "")
+                 + f", {summary['total_time_s']:.1f} s); index: {args.out}/index.md")
     emit(summary, args.format, "\n".join(lines))
+    if summary["n_errors"]:
+        names = [e["name"] for e in summary["experiments"] if e["status"] == "error"]
+        raise ExperimentCrashed(f"{len(names)} experiment(s) crashed ({', '.join(names)}); "
+                                "their reports say ERROR")
     if not summary["passed"]:
         raise CheckFailed("report")
     return 0

@@ -14,6 +14,13 @@ import math
 import os
 
 from transformer_limits.cli import UsageError, emit
+from transformer_limits.resource_limits import (
+    BOOTSTRAP_BYTES_PER_CELL,
+    MAX_BOOTSTRAP_REPLICATES,
+    MEMORY_BUDGET_BYTES,
+    check_bootstrap,
+    format_bytes,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("points", metavar="POINTS.csv",
                      help="CSV with columns optimizer,stratum,metric,width,value")
     fit.add_argument("--bootstrap", type=int, default=1000, metavar="N",
-                     help="bootstrap resamples (0 = none; default 1000)")
+                     help=f"bootstrap resamples (0 = none; default 1000; at most "
+                          f"{MAX_BOOTSTRAP_REPLICATES}, and the estimated working set, "
+                          f"{BOOTSTRAP_BYTES_PER_CELL} bytes per resample and point of the largest group, "
+                          f"at most {format_bytes(MEMORY_BUDGET_BYTES)}; both checked before fitting)")
     fit.add_argument("--bootstrap-method", choices=("residual", "pairs"), default="residual")
     fit.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     fit.add_argument("--confidence", type=float, default=0.95)
@@ -67,13 +77,15 @@ def _alpha(text: str) -> float:
 def run_fit(args: argparse.Namespace) -> int:
     from transformer_limits.verify.scaling_fit import fit_points, read_points_csv
 
-    if args.bootstrap < 0:
-        raise UsageError(f"--bootstrap must be >= 0, got {args.bootstrap}")
+    check_bootstrap(args.bootstrap, name="--bootstrap")  # the count first, before reading anything
     if not 0.0 < args.confidence < 1.0:
         raise UsageError(f"--confidence must be in (0, 1), got {args.confidence}")
     if args.plot and not str(args.plot).lower().endswith(".png"):
         raise UsageError(f"--plot must name a .png file, got {args.plot!r}")
     groups = read_points_csv(args.points)
+    if args.bootstrap and groups:
+        # memory estimated before any resample is drawn: the groups are fitted one at a time
+        check_bootstrap(args.bootstrap, max(x.size for x, _ in groups.values()), name="--bootstrap")
     fits = fit_points(groups, confidence=args.confidence, n_bootstrap=args.bootstrap, seed=args.seed,
                       bootstrap=args.bootstrap_method)
     if args.plot:

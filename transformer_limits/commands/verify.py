@@ -5,7 +5,9 @@
                                    [--no-progress]
     transformer-limits verify --list [--format json]
 
-Exit 0 when every check passes, 1 (after printing) when one fails, 2 on bad input.
+Exit 0 when every check passes, 1 (after printing) when one fails, 2 on bad input (checked before
+any work: --out, --store, --scheduler), 3 when the experiment crashed (printed and written as
+ERROR, never FAIL) or the environment failed mid-run; see :mod:`transformer_limits.errors`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import sys
 from pathlib import Path
 
 from transformer_limits.cli import CheckFailed, UsageError, emit
+from transformer_limits.errors import ExperimentCrashed
 
 PROFILE_CHOICES = ("quick", "full")
+#: ``--out`` needs at least this much free space up front (reports are a few MB at most)
+MIN_FREE_BYTES = 1 << 20
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -56,9 +61,55 @@ def available_cpus() -> int:
 
 
 def check_out_dir(out: str | None) -> None:
-    """``--out`` must not be an existing non-directory (checked before any work)."""
-    if out is not None and Path(out).exists() and not Path(out).is_dir():
+    """``--out`` must be usable, checked before any work: not empty, not an existing non-directory
+    (nor below one), on a writable file system with at least :data:`MIN_FREE_BYTES` free."""
+    import shutil
+
+    if out is None:
+        return
+    if not out.strip():
+        raise UsageError("--out must not be empty (give a folder, e.g. --out report/)")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
         raise UsageError(f"--out {out!r} exists and is not a directory")
+    existing = next(d for d in (path.absolute(), *path.absolute().parents) if d.exists())
+    if not existing.is_dir():
+        raise UsageError(f"--out {out!r}: {str(existing)!r} exists and is not a directory")
+    try:
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+    except (AttributeError, OSError):
+        read_only = False
+    if read_only:
+        raise UsageError(f"--out {out!r}: {str(existing)!r} is on a read-only file system")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out!r}: {str(existing)!r} is not writable")
+    free = shutil.disk_usage(existing).free
+    if free < MIN_FREE_BYTES:
+        raise UsageError(f"--out {out!r}: only {free} bytes free on its file system "
+                         f"(need at least {MIN_FREE_BYTES})")
+
+
+def check_store(store: str | None) -> None:
+    """Open and validate ``--store`` before any work (creating it when missing); a problem is a
+    :class:`transformer_limits.errors.StoreError` (exit 2) naming the store."""
+    if store is None:
+        return
+    from transformer_limits.verify.sweep import SweepStore
+
+    SweepStore(store).close()
+
+
+def check_scheduler(scheduler: str | None) -> None:
+    """``--scheduler`` must be a reachable dask scheduler (handshake checked) before any work."""
+    if scheduler is None:
+        return
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise UsageError("--scheduler needs dask.distributed: pip install 'transformer_limits[distributed]'") from None
+    from transformer_limits.verify.sweep import check_scheduler_address
+
+    check_scheduler_address(scheduler)
 
 
 def make_config(args: argparse.Namespace, *, progress: bool):
@@ -75,9 +126,13 @@ def make_config(args: argparse.Namespace, *, progress: bool):
         raise UsageError(f"--store {store!r} is a directory; give a .sqlite file path")
     if store is not None and not Path(store).resolve().parent.is_dir():
         raise UsageError(f"--store {store!r}: folder {str(Path(store).parent)!r} does not exist")
+    if store is not None and not store.strip():
+        raise UsageError("--store must not be empty (give a .sqlite file path)")
     scheduler = getattr(args, "scheduler", None)
     if scheduler is not None and not scheduler.strip():
         raise UsageError("--scheduler needs an address such as tcp://host:8786")
+    check_scheduler(scheduler)
+    check_store(store)
     return ExperimentConfig(profile=args.profile, seed=args.seed, workers=workers, progress=progress,
                             scheduler=scheduler, store=store)
 
@@ -89,6 +144,7 @@ def show_progress(args: argparse.Namespace) -> bool:
 def verdict_table(payload: dict) -> str:
     """Readable verdicts of one ``results.json`` payload."""
     checks = payload["checks"]
+    status = payload.get("status") or ("pass" if payload["passed"] else "fail")
     width = max([len("check")] + [len(c["name"]) for c in checks])
     run_s = payload["provenance"].get("timings", {}).get("run_s")
     lines = [f"{payload['experiment']} — {payload['title']} (paper {payload['paper']}, profile "
@@ -103,7 +159,10 @@ def verdict_table(payload: dict) -> str:
         if c.get("note") and not c["passed"]:
             lines.append(f"  {'':<{width}}  {c['note']}")
     n_pass = sum(c["passed"] for c in checks)
-    lines.append(f"RESULT: {'PASS' if payload['passed'] else 'FAIL'} ({n_pass}/{len(checks)} checks passed)")
+    if status == "error":
+        lines.append(f"RESULT: ERROR (the experiment crashed: {payload.get('error')}; not a failed check)")
+    else:
+        lines.append(f"RESULT: {'PASS' if payload['passed'] else 'FAIL'} ({n_pass}/{len(checks)} checks passed)")
     return "\n".join(lines)
 
 
@@ -137,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
         payload = results_payload(result, experiment, config)
     text = verdict_table(payload) + (f"\nreport: {args.out}/report.md" if args.out else "")
     emit(payload, args.format, text)
+    if payload["status"] == "error":
+        raise ExperimentCrashed(f"experiment {args.name} crashed: {payload['error']}")
     if not payload["passed"]:
         raise CheckFailed(args.name)
     return 0

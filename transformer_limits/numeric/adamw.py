@@ -104,8 +104,9 @@ class AdamW:
 
     The arithmetic follows torch's single-tensor path operation by operation: ``θ *= 1 − ηλ``;
     ``m.lerp_(g, 1 − β1)``; ``v = v·β2 + ((1 − β2)·g)·g``; ``denom = √v / √(1 − β2^k) + ε``;
-    ``θ += (−η/(1 − β1^k))·m / denom``.  (Bitwise agreement with torch is not tested here: torch is
-    not a dependency.)  With ``eps=0`` a coordinate whose gradients were all zero so far gives
+    ``θ += (−η/(1 − β1^k))·m / denom``.  (Agreement with ``torch.optim.AdamW``, float64,
+    ``foreach=False``, is tested to rtol 1e-14 — measured: within 1 ulp after 30 steps — when torch
+    is installed; it is not a dependency.)  With ``eps=0`` a coordinate whose gradients were all zero so far gives
     ``0/0 = nan``, exactly as in torch.
 
     Parameters

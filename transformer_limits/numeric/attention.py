@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from transformer_limits import kernel_cache
+from transformer_limits.numeric.attention_reference import check_magnitudes
 from transformer_limits.numeric.backends import BACKENDS, backend_status
+from transformer_limits.resource_limits import check_kernel_dimensions, check_memory
 
 __all__ = ["AttentionKernels", "attention_kernels", "multi_head_field"]
 
@@ -63,9 +65,8 @@ class AttentionKernels:
     """
 
     def __init__(self, d: int, d_k: int, d_v: int, backend: str = "numpy"):
-        for name, val in (("d", d), ("d_k", d_k), ("d_v", d_v)):
-            if not isinstance(val, (int, np.integer)) or val < 1:
-                raise ValueError(f"{name} must be a positive integer, got {val!r}")
+        # stated cap before any code is generated (generated kernels are unrolled in d, d_k, d_v)
+        check_kernel_dimensions(d=d, d_k=d_k, d_v=d_v)
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
         status = {s.name: s for s in backend_status()}[backend]
@@ -81,7 +82,7 @@ class AttentionKernels:
             self._module = kernel_cache.load_python_source(self.source_path)
 
     # ------------------------------------------------------------------ input checking
-    def _inputs(self, X, Y, Q, K, V, w):
+    def _inputs(self, X, Y, Q, K, V, w, derivatives: bool = False):
         X, Y = _as_f64("X", X, 2), _as_f64("Y", Y, 2)
         Q, K, V = _as_f64("Q", Q, 2), _as_f64("K", K, 2), _as_f64("V", V, 2)
         d, d_k, d_v = self.d, self.d_k, self.d_v
@@ -98,11 +99,21 @@ class AttentionKernels:
         w = _as_f64("weights", w, 1)
         if w.shape != (Y.shape[0],) or np.any(w < 0) or not w.sum() > 0:
             raise ValueError("weights must be non-negative, one per row of Y, with positive sum")
+        # contract: finite inputs whose products may overflow float64 are refused up front (cheap
+        # max-|entry| bounds), so an accepted input never yields a silent NaN/inf
+        check_magnitudes(X, Y, Q, K, V, w, derivatives=derivatives)
         return X, Y, Q, K, V, w
 
     # ------------------------------------------------------------------ dispatch
     def _run(self, kind: str, X, Y, Q, K, V, w):
-        X, Y, Q, K, V, w = self._inputs(X, Y, Q, K, V, w)
+        X, Y, Q, K, V, w = self._inputs(X, Y, Q, K, V, w, derivatives=kind != "forward")
+        if kind in ("lions", "flat"):  # outputs per (query, atom) pair, estimated before allocating
+            N, M = X.shape[0], Y.shape[0]
+            per_pair = self.d_v * (self.d if kind == "lions" else 1)
+            # NumPy flavour: broadcast temporaries of the output's size (x3); other backends: the output
+            shape = (N, M, self.d_v, self.d)[:4 if kind == "lions" else 3]
+            check_memory((3 if self.backend == "numpy" else 1) * 8 * N * M * per_pair,
+                         f"X, Y with {N} x {M} rows ({kind} derivative of shape {shape})")
         if self.backend == "numpy":
             return self._run_numpy(kind, X, Y, Q, K, V, w)
         if self.backend == "numba":

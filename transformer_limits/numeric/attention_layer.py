@@ -41,6 +41,7 @@ import numba
 import numpy as np
 
 from transformer_limits import kernel_cache
+from transformer_limits.resource_limits import check_kernel_dimensions
 
 __all__ = ["LAYER_BACKENDS", "AttentionLayer", "LayerCache", "attention_layer"]
 
@@ -97,6 +98,8 @@ class AttentionLayer:
             raise ValueError(f"unknown backend {backend!r} (known: {', '.join(LAYER_BACKENDS)})")
         if not (np.isfinite(temperature) and temperature > 0):
             raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+        if backend == "numba":  # only this backend generates code up front (blas: any size)
+            check_kernel_dimensions(d=d, d_k=d_k, d_v=d_v)
         self.d, self.d_k, self.d_v = int(d), int(d_k), int(d_v)
         self.causal, self.beta, self.backend = bool(causal), 1.0 / float(temperature), backend
         self._module: Any = None

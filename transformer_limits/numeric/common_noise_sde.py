@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from transformer_limits.numeric.derived_constants import RELU_DK1_TIMES_D
 from transformer_limits.numeric.lyapunov_simulation import LyapunovEstimate
 from transformer_limits.numeric.sphere_transformer import (
     MLPLayer,
@@ -117,9 +118,10 @@ class CommonNoiseSDE:
 
     @property
     def dk1(self) -> float:
-        """k'(1) = (1/d) E[φ'(sZ)²]: 1/(2d) for ReLU, else Σ_j j b_j/(d s²) (Mehler series)."""
+        """k'(1) = (1/d) E[φ'(sZ)²]: the ``mlp-kernel`` derivation's closed form for ReLU (generated
+        constant, 1/(2d)), else Σ_j j b_j/(d s²) (Mehler series)."""
         if self.activation == "relu":
-            return 1.0 / (2 * self.d)
+            return RELU_DK1_TIMES_D / self.d
         b = self.kernels.mehler(self.d, self.sigma_u)
         return float(np.arange(b.size) @ b) / (self.d * (1.0 / self.d + self.sigma_u**2))
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 
 from transformer_limits import kernel_cache
+from transformer_limits.resource_limits import check_kernel_dimensions
 from transformer_limits.numeric.attention import attention_kernels
 
 if TYPE_CHECKING:
@@ -106,6 +107,8 @@ def frozen_heads(law_or_params: Any, *, t: float = 0.0, temperature: float = 1.0
 def _jet_module(d: int, d_k: int, d_v: int):
     """The generated jet kernel (SymPy imported only on a kernel-cache miss)."""
     from transformer_limits.symbolic.flow_taylor_kernels import jet_kernel_spec  # no SymPy import
+
+    check_kernel_dimensions(d=d, d_k=d_k, d_v=d_v)  # stated cap before any code is generated
 
     path = kernel_cache.lookup_source(jet_kernel_spec(d, d_k, d_v))
     if path is None:
@@ -239,6 +242,7 @@ def random_flow_instance(rng: np.random.Generator, *, n_particles: int = 3, d: i
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
     if not radius > 0:
         raise ValueError(f"radius must be positive, got {radius!r}")
+    check_kernel_dimensions(d=d, d_k=d_k, d_v=d_v)  # the expansion needs generated kernels of these sizes
     X = rng.standard_normal((n_particles, d))
     shapes = {"Q": (d_k, d), "K": (d_k, d), "V": (d_v, d), "O": (d, d_v)}
     params = {}

@@ -16,6 +16,9 @@ Conventions:
 * **Decoupled weight decay** ``W ← W (1 − ηλ) − η · scale · O`` in all optimizers.
 * **Randomness.** Only Dion draws random numbers (``Q_0 ~ N(0, 1)``), from
   ``numpy.random.default_rng(seed)``.
+* **Published constants** are defined once, here, with their source (``tests/
+  test_published_constants_paper_c.py`` checks each against its publication);
+  :mod:`transformer_limits.numeric.torch_optimizers` imports them.
 """
 
 from __future__ import annotations
@@ -28,6 +31,20 @@ import numpy as np
 __all__ = [
     "NS_COEFFICIENTS_ORIGINAL",
     "NS_COEFFICIENTS_DION",
+    "NS_EPS_JORDAN",
+    "NS_EPS_RUNS",
+    "NS_EPS",
+    "MUON_LR",
+    "MUON_MOMENTUM",
+    "NORMUON_BETA2",
+    "NORMUON_EPS",
+    "DION_EPS",
+    "LION_BETAS_RUNS",
+    "LION_BETAS_CHEN",
+    "RMS_NORM_SCALE",
+    "ADAMW_LR",
+    "ADAMW_BETAS",
+    "WEIGHT_DECAY",
     "newton_schulz",
     "newton_schulz_singular_value_map",
     "muon_scale",
@@ -49,7 +66,37 @@ NS_COEFFICIENTS_DION: tuple[tuple[float, float, float], ...] = (
 )
 """The 5-step schedule of microsoft/dion (used in the paper's runs)."""
 
-NS_EPS = 1e-7
+NS_EPS_JORDAN = 1e-7
+"""``eps`` of ``X_0 = G/(‖G‖_F + eps)`` in KellerJordan/Muon ``zeropower_via_newtonschulz5``."""
+NS_EPS_RUNS = 1e-8
+"""The ``epsilon`` the paper's runs pass to Newton–Schulz: microsoft/dion ``Muon``/``NorMuon``
+default ``epsilon=1e-8``, handed to ``zeropower_via_newtonschulz5(X, epsilon=epsilon)``."""
+NS_EPS = NS_EPS_JORDAN
+"""Default of :func:`newton_schulz` (Jordan's reference); the runs' value is :data:`NS_EPS_RUNS`."""
+MUON_LR = 0.02
+"""Matrix learning rate of the Muon/NorMuon/Dion runs (the authors' configs; Jordan's default)."""
+MUON_MOMENTUM = 0.95
+"""Momentum ``μ``/``β`` of Muon, NorMuon and Dion (KellerJordan/Muon, microsoft/dion, the runs)."""
+NORMUON_BETA2 = 0.95
+"""NorMuon's second-moment rate ``muon_beta2`` (the authors' optimizer factory)."""
+NORMUON_EPS = 1e-8
+"""NorMuon's ``Ô = O/(√v + 1e-8)`` and its norm clamp ``max(‖Ô‖_F, 1e-8)`` (microsoft/dion normuon.py)."""
+DION_EPS = 1e-8
+"""Dion's column normalisation ``Q = R/(‖R_{:,j}‖ + ε)`` (microsoft/dion ``epsilon=1e-8``)."""
+LION_BETAS_RUNS: tuple[float, float] = (0.95, 0.98)
+"""Lion betas of the embedding/head groups in the authors' optimizer factory."""
+LION_BETAS_CHEN: tuple[float, float] = (0.9, 0.99)
+"""Lion's published default betas (Chen et al. 2023; google/automl lion, lucidrains/lion-pytorch)."""
+RMS_NORM_SCALE = 0.2
+"""Moonlight's update-RMS matching factor in ``0.2·sqrt(max(fan_out, fan_in))`` (arXiv:2502.16982;
+microsoft/dion ``adjust_lr_rms_norm``)."""
+ADAMW_LR = 3e-3
+"""AdamW learning rate of the paper's AdamW runs (the authors' ``configs/paper_runs``)."""
+ADAMW_BETAS: tuple[float, float] = (0.9, 0.95)
+"""AdamW betas of the paper's runs (the authors' optimizer factory)."""
+WEIGHT_DECAY = 0.01
+"""Decoupled weight decay on the block matrices in every paper-C run (the authors' configs)."""
+
 ScaleRule = Literal["original", "spectral_norm", "rms_norm", "none"]
 
 
@@ -125,7 +172,7 @@ def muon_scale(shape: tuple[int, int], rule: ScaleRule) -> float:
     if rule == "spectral_norm":
         return math.sqrt(fan_out / fan_in)
     if rule == "rms_norm":
-        return 0.2 * math.sqrt(max(fan_out, fan_in))
+        return RMS_NORM_SCALE * math.sqrt(max(fan_out, fan_in))
     if rule == "none":
         return 1.0
     raise ValueError(f"scale must be 'original', 'spectral_norm', 'rms_norm' or 'none', got {rule!r}")
@@ -183,20 +230,25 @@ class Muon(_Optimizer):
     ``momentum_form="sum"`` (microsoft/dion, the paper's runs): ``M ← μM + G``; Nesterov
     ``U = μM + G``.  Without Nesterov ``U = M``.  Then ``O = NS(U)`` with ``coefficients``
     (``"original"`` or ``"dion"``) and ``W ← W(1−ηλ) − η·muon_scale(shape, scale)·O``.
-    Defaults follow Jordan's reference (lerp, Nesterov, original coefficients, ``"original"`` scale);
-    the runs used ``momentum_form="sum", coefficients="dion", scale="spectral_norm"``.
+    ``ns_eps`` is the ``eps`` of ``X_0 = U/(‖U‖_F + eps)`` in Newton–Schulz.
+    Defaults follow Jordan's reference (lerp, Nesterov, original coefficients, ``"original"`` scale,
+    ``ns_eps = 1e-7``); the runs used ``momentum_form="sum", coefficients="dion",
+    scale="spectral_norm", ns_eps=NS_EPS_RUNS`` (1e-8).
     """
 
-    def __init__(self, lr: float = 0.02, momentum: float = 0.95, weight_decay: float = 0.0, *,
+    def __init__(self, lr: float = MUON_LR, momentum: float = MUON_MOMENTUM, weight_decay: float = 0.0, *,
                  nesterov: bool = True, momentum_form: Literal["lerp", "sum"] = "lerp",
                  coefficients: str | Sequence[Sequence[float]] = "original",
-                 scale: ScaleRule = "original") -> None:
+                 scale: ScaleRule = "original", ns_eps: float = NS_EPS_JORDAN) -> None:
         super().__init__(lr, weight_decay)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
         if momentum_form not in ("lerp", "sum"):
             raise ValueError(f"momentum_form must be 'lerp' or 'sum', got {momentum_form!r}")
         muon_scale((1, 1), scale)  # validates the rule
+        if not ns_eps >= 0:
+            raise ValueError(f"ns_eps must be non-negative, got {ns_eps}")
+        self.ns_eps = float(ns_eps)
         self.momentum = float(momentum)
         self.nesterov = bool(nesterov)
         self.momentum_form = momentum_form
@@ -217,7 +269,7 @@ class Muon(_Optimizer):
         return mu * M + g if self.nesterov else M.copy()
 
     def _direction(self, g: np.ndarray) -> np.ndarray:
-        return newton_schulz(self._momentum_direction(g), self.coefficients)
+        return newton_schulz(self._momentum_direction(g), self.coefficients, self.ns_eps)
 
     def step(self, param: np.ndarray, grad: Any) -> np.ndarray:
         """One update of ``param`` (``fan_out × fan_in``, float64, in place); returns ``param``."""
@@ -229,18 +281,18 @@ class NorMuon(Muon):
     """NorMuon (microsoft/dion ``normuon.py``): Muon's ``O`` with per-row second-moment normalisation.
 
     ``v ← β₂ v + (1−β₂) mean_cols(O ⊙ O)`` (``v ∈ R^{fan_out}``, one entry per row/neuron, ``v_0 = 0``),
-    ``Ô = O / (√v + ε)``, then ``Ô ← Ô · ‖O‖_F / ‖Ô‖_F`` (Frobenius norm of ``O`` restored), and
-    ``W ← W(1−ηλ) − η·scale·Ô``.  Defaults are the runs': sum momentum, Dion NS schedule,
-    ``"spectral_norm"`` scale, ``β₂ = 0.95``.
+    ``Ô = O / (√v + ε)``, then ``Ô ← Ô · ‖O‖_F / max(‖Ô‖_F, ε)`` (Frobenius norm of ``O`` restored;
+    the clamp is microsoft/dion's), and ``W ← W(1−ηλ) − η·scale·Ô``.  Defaults are the runs': sum
+    momentum, Dion NS schedule with ``ns_eps = 1e-8``, ``"spectral_norm"`` scale, ``β₂ = 0.95``.
     """
 
-    def __init__(self, lr: float = 0.02, momentum: float = 0.95, weight_decay: float = 0.0, *,
-                 beta2: float = 0.95, eps: float = 1e-8, nesterov: bool = True,
+    def __init__(self, lr: float = MUON_LR, momentum: float = MUON_MOMENTUM, weight_decay: float = 0.0, *,
+                 beta2: float = NORMUON_BETA2, eps: float = NORMUON_EPS, nesterov: bool = True,
                  momentum_form: Literal["lerp", "sum"] = "sum",
                  coefficients: str | Sequence[Sequence[float]] = "dion",
-                 scale: ScaleRule = "spectral_norm") -> None:
+                 scale: ScaleRule = "spectral_norm", ns_eps: float = NS_EPS_RUNS) -> None:
         super().__init__(lr, momentum, weight_decay, nesterov=nesterov, momentum_form=momentum_form,
-                         coefficients=coefficients, scale=scale)
+                         coefficients=coefficients, scale=scale, ns_eps=ns_eps)
         if not 0.0 <= beta2 < 1.0:
             raise ValueError(f"beta2 must be in [0, 1), got {beta2}")
         self.beta2 = float(beta2)
@@ -256,8 +308,7 @@ class NorMuon(Muon):
         v *= self.beta2
         v += (1.0 - self.beta2) * np.mean(O * O, axis=1)
         O_hat = O / (np.sqrt(v)[:, None] + self.eps)
-        norm_hat = np.linalg.norm(O_hat)
-        return O_hat * (np.linalg.norm(O) / norm_hat) if norm_hat > 0 else O_hat
+        return O_hat * (np.linalg.norm(O) / max(float(np.linalg.norm(O_hat)), self.eps))
 
 
 class Dion(_Optimizer):
@@ -272,6 +323,13 @@ class Dion(_Optimizer):
         ``Q ← R / (‖R_{:,j}‖₂ + ε)`` (column normalisation);
         ``W ← (1−ηλ) W − η·scale·P Q^T``.
 
+    **All-zero or non-finite momentum** (microsoft/dion ``fix_all_zero_or_nan``): when ``M`` is
+    exactly zero (e.g. the first step of a block whose gradient vanishes) or not finite, the
+    power iteration is meaningless, so ``P = 0`` and ``R = Q`` (the previous ``Q``): the error
+    feedback and the weight update vanish (weight decay still applies) and ``Q`` is kept, up to
+    the column normalisation.  Taking the QR of the zero matrix instead would set ``Q = 0``, and
+    the next step would then only move the first ``k`` rows.
+
     ``orth`` is a reduced Householder QR (``numpy.linalg.qr``), which is exact in float64.  The
     runs use the randomized Cholesky-QR (``qr_method="rcqr"``: sketch ``S P``, QR, triangular solve,
     Cholesky re-orthonormalisation) as a fast bf16/distributed substitute spanning the same column
@@ -279,8 +337,8 @@ class Dion(_Optimizer):
     ``(fan_out, fan_in)`` (default ``"spectral_norm"``, as in the runs).
     """
 
-    def __init__(self, lr: float = 0.02, momentum: float = 0.95, weight_decay: float = 0.0, *,
-                 rank_fraction: float = 1.0, eps: float = 1e-8, seed: int = 0,
+    def __init__(self, lr: float = MUON_LR, momentum: float = MUON_MOMENTUM, weight_decay: float = 0.0, *,
+                 rank_fraction: float = 1.0, eps: float = DION_EPS, seed: int = 0,
                  scale: ScaleRule = "spectral_norm") -> None:
         super().__init__(lr, weight_decay)
         if not 0.0 <= momentum < 1.0:
@@ -307,9 +365,12 @@ class Dion(_Optimizer):
         g = self._check(param, grad)
         M = self.momentum_buffer
         M += g.T if self.transposed else g
-        P, _ = np.linalg.qr(M @ self.Q)
-        R = M.T @ P
-        M -= (1.0 - self.momentum) * (P @ R.T)
+        if np.all(np.isfinite(M)) and np.any(M != 0.0):
+            P, _ = np.linalg.qr(M @ self.Q)
+            R = M.T @ P
+            M -= (1.0 - self.momentum) * (P @ R.T)
+        else:  # fix_all_zero_or_nan: no update, keep Q
+            P, R = np.zeros((M.shape[0], self.rank)), self.Q
         self.Q = R / (np.linalg.norm(R, axis=0, keepdims=True) + self.eps)
         self.last_P = P
         update = P @ self.Q.T
@@ -326,7 +387,7 @@ class Lion(_Optimizer):
 
     matrix_only = False
 
-    def __init__(self, lr: float = 1e-4, betas: tuple[float, float] = (0.95, 0.98),
+    def __init__(self, lr: float = 1e-4, betas: tuple[float, float] = LION_BETAS_RUNS,
                  weight_decay: float = 0.0) -> None:
         super().__init__(lr, weight_decay)
         b1, b2 = betas

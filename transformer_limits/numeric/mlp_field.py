@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from transformer_limits import kernel_cache
+from transformer_limits.resource_limits import check_memory
 
 __all__ = ["MLPFieldKernels", "mlp_field_kernels", "mehler_coefficients", "mehler_tail",
            "MLP_BACKENDS"]
@@ -102,7 +103,12 @@ class MLPFieldKernels:
         With ``Y`` (M, d) the cross matrix k(⟨x_i, y_j⟩) (N, M) is returned (NumPy path).
         """
         X = np.ascontiguousarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be an (N, d) array, got shape {X.shape}")
         d = X.shape[1]
+        M = X.shape[0] if Y is None else X.shape[0] + np.shape(Y)[0]
+        # a few (N, M) float64 temporaries (Gram matrix, correlation, result): estimated up front
+        check_memory(4 * 8 * X.shape[0] * M, f"X with {X.shape[0]} rows (kernel matrix {X.shape[0]} x {M})")
         coef = np.zeros(1) if self.activation == "relu" else self.mehler(d, sigma_u)
         if Y is not None:
             return _cross_kernel(self._reference(), X, np.asarray(Y, dtype=np.float64), d, sigma_u,

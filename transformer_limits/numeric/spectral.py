@@ -4,7 +4,7 @@ Everything is float64 NumPy.  Symbols follow THEORY.md §3:
 
 * activations ``H`` — an ``n × D`` matrix, one row ``h_t ∈ R^D`` per token (n tokens, D features);
 * covariance  ``C = (1/(n−1)) Σ_t (h_t − h̄)(h_t − h̄)^T``  (``D × D``, mean-centred, unbiased);
-* eigenvalues ``λ_1 ≥ … ≥ λ_D`` = ``eigvalsh(C)`` clamped at ``1e-12``;
+* eigenvalues ``λ_1 ≥ … ≥ λ_D`` = ``eigvalsh(C)`` with round-off negatives clamped at ``0``;
 * mode weights ``p_i = λ_i / Σ_j λ_j``;
 * Rényi rank ``R_α(p) = exp(H_α(p))``, ``H_α(p) = (1/(1−α)) log Σ_i p_i^α``, with the limits
   ``R_1 = exp(−Σ p_i log p_i)`` (soft rank), ``R_2 = (Σλ)²/Σλ²`` (hard rank),
@@ -18,11 +18,17 @@ Conventions (explicit, see ``docs/spectral.md``):
   ``σ`` are *not* the same numbers as ranks on ``λ`` (they weight small modes more heavily).
 * **Centring.** ``center=True`` (default, the paper's choice) subtracts the column mean;
   ``center=False`` uses the raw second-moment matrix ``(1/(n−ddof)) Σ_t h_t h_t^T``.
-* **Zero modes.** The rank functions are written with the exact formulas.  Eigenvalues at or below
-  ``tol`` (default ``max(1e-12, max λ · len(λ) · ε_machine)``: the clamp value, or the
-  ``numpy.linalg.matrix_rank`` rounding rule when larger) count as exact zeros, so ``R_0`` counts
-  only the resolved modes and ``R_α`` is continuous as ``α → 0``.  The authors' code adds ``1e-12`` inside logs/denominators
-  instead; the two differ by ``O(1e-12)`` relative on real spectra.
+* **Scale invariance.** ``R_α(cλ) = R_α(λ)`` for every ``c > 0``, so nothing here uses an
+  absolute floor: eigenvalues at or below the *relative* tolerance ``len(λ) · ε_machine · max λ``
+  (the ``numpy.linalg.matrix_rank`` rounding rule) count as exact zeros, so ``R_0`` counts only the
+  resolved modes and ``R_α`` is continuous as ``α → 0``; spectra are divided by ``max λ`` before
+  any sum (a spectrum of ``1e308`` entries works), and :func:`rank_summary` divides the
+  activations by their largest entry before forming the covariance.  The authors' code clamps
+  eigenvalues at ``1e-12`` and adds ``1e-12`` inside logs/denominators (:data:`EIGENVALUE_FLOOR`,
+  kept for reference only); on their spectra (``λ ≫ 1e-12``) the two differ by ``O(1e-12)``
+  relative, but the absolute floor changes the ranks of data measured in small units.
+* **Input validation.** NaN/Inf, complex input, and non-square or non-symmetric covariance
+  matrices raise ``ValueError`` naming the argument.
 * **Asymmetry.** :func:`spectral_asymmetry` is ``Δ = log(R_1/R_2) ≥ 0`` (project page / blog), not
   the authors' code's linear ``soft − hard``.
 """
@@ -51,6 +57,9 @@ __all__ = [
 ]
 
 EIGENVALUE_FLOOR = 1e-12
+"""The authors' absolute eigenvalue clamp (spectral-scaling-laws ``spectra/covariance.py``).
+Documented for comparison; not applied here because it breaks scale invariance."""
+_SYMMETRY_RTOL = 1.5e-8  # ≈ sqrt(float64 eps): allows round-off, rejects a non-covariance
 SpectrumSource = Literal["covariance", "singular"]
 SPECTRUM_SOURCES = ("covariance", "singular")
 
@@ -63,16 +72,25 @@ def as_numpy_array(x: Any, *, name: str = "array", ndim: int | None = None,
     ``x.detach().cpu().numpy()``) and CuPy arrays (via ``x.get()``); no framework is imported.
 
     Raises ``ValueError`` naming ``name`` when the result does not have ``ndim`` dimensions
-    (if given), is empty (unless ``allow_empty``), is not numeric, or holds NaN/Inf.
+    (if given), is empty (unless ``allow_empty``), is not numeric, is complex (casting would
+    silently drop the imaginary part), or holds NaN/Inf.
     """
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor (any device)
+        if getattr(x, "is_complex", lambda: False)():
+            raise ValueError(f"{name}: complex input (dtype {x.dtype}); pass a real array, "
+                             "e.g. the eigenvalues of a Hermitian matrix")
         x = x.detach().cpu().numpy()
     elif hasattr(x, "get") and hasattr(x, "__cuda_array_interface__"):
         x = x.get()  # cupy.ndarray (device) -> host numpy array
     try:
-        arr = np.asarray(x, dtype=np.float64)
+        raw = np.asarray(x)
+        complex_input = raw.dtype.kind == "c"
+        arr = raw if complex_input else raw.astype(np.float64, copy=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name}: cannot convert {type(x).__name__} to a float64 array ({exc})") from None
+    if complex_input:  # a float cast would silently drop the imaginary part
+        raise ValueError(f"{name}: complex input (dtype {raw.dtype}); pass a real array, "
+                         "e.g. the eigenvalues of a Hermitian matrix")
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name}: expected a {ndim}-D array, got shape {arr.shape}")
     if arr.size == 0 and not allow_empty:
@@ -198,10 +216,14 @@ def _check_source(source: str) -> None:
 
 def covariance_spectrum(data: Any, *, center: bool = True, ddof: int | None = None,
                         input: Literal["activations", "covariance"] = "activations") -> np.ndarray:
-    """Eigenvalues ``λ_1 ≥ … ≥ λ_D`` of ``C``, clamped at ``1e-12`` (THEORY.md §3.3).
+    """Eigenvalues ``λ_1 ≥ … ≥ λ_D ≥ 0`` of ``C`` (the paper's covariance); round-off negatives become ``0``.
 
     ``data`` is an ``n × D`` activation matrix (``input="activations"``), a symmetric ``D × D``
-    covariance (``input="covariance"``) or a :class:`StreamingCovariance`.  Returns shape ``(D,)``.
+    covariance (``input="covariance"``; non-square, non-symmetric beyond ``1.5e-8 · max|C|``,
+    complex or non-finite input raises ``ValueError`` naming ``covariance``) or a
+    :class:`StreamingCovariance`.  ``C`` is divided by ``max|C|`` before ``eigvalsh`` and the
+    eigenvalues multiplied back, so the result is scale-equivariant (``λ(cC) = c λ(C)``) over the
+    whole float64 range.  Returns shape ``(D,)``.
     """
     if isinstance(data, StreamingCovariance):
         cov = data.covariance(ddof)
@@ -213,8 +235,19 @@ def covariance_spectrum(data: Any, *, center: bool = True, ddof: int | None = No
             raise ValueError(f"covariance: expected a square matrix, got shape {cov.shape}")
     else:
         raise ValueError(f"input must be 'activations' or 'covariance', got {input!r}")
-    lam = np.linalg.eigvalsh(cov)
-    return np.maximum(lam, EIGENVALUE_FLOOR)[::-1].copy()
+    scale = float(np.abs(cov).max()) if cov.size else 0.0
+    if not np.isfinite(scale):
+        raise ValueError("covariance: non-finite entries (overflow); rescale the activations")
+    if scale == 0.0:
+        return np.zeros(cov.shape[0])
+    unit = cov / scale
+    if np.abs(unit - unit.T).max() > _SYMMETRY_RTOL:
+        raise ValueError(f"covariance: not symmetric (max |C - C^T| / max |C| = "
+                         f"{np.abs(unit - unit.T).max():.3g})")
+    lam = np.maximum(np.linalg.eigvalsh(unit), 0.0)[::-1] * scale
+    if not np.all(np.isfinite(lam)):
+        raise ValueError("covariance: eigenvalues overflow float64; rescale the input")
+    return lam
 
 
 def singular_value_spectrum(activations: Any, *, center: bool = True) -> np.ndarray:
@@ -237,18 +270,23 @@ def spectrum(activations: Any, *, source: SpectrumSource = "covariance", center:
 
 
 def _mode_log_weights(eigenvalues: Any, tol: float | None) -> np.ndarray:
-    """``log p_i`` over the modes above ``tol`` (the rest are exact zeros)."""
-    lam = as_numpy_array(eigenvalues, name="eigenvalues").reshape(-1)
-    top = float(lam.max())
-    if tol is None:
-        tol = max(EIGENVALUE_FLOOR, top * lam.size * np.finfo(np.float64).eps)
-    if tol < 0:
+    """``log p_i`` over the modes above the tolerance (the rest are exact zeros).
+
+    Default tolerance relative, ``len(λ)·ε·max λ``; an explicit ``tol`` is absolute.  Everything is
+    computed on ``λ / max λ`` so that the result does not depend on the scale of ``λ``.
+    """
+    lam = as_numpy_array(eigenvalues, name="eigenvalues", ndim=1)
+    if tol is not None and not tol >= 0:
         raise ValueError(f"tol must be non-negative, got {tol}")
-    if float(lam.min()) < -tol:
+    top = float(lam.max())
+    if not top > 0 or (tol is not None and not top > tol):
+        raise ValueError(f"eigenvalues: no eigenvalue above the tolerance (max {top:.3g}; "
+                         "rank undefined for a zero spectrum)")
+    x = lam / top
+    cut = lam.size * np.finfo(np.float64).eps if tol is None else tol / top
+    if float(x.min()) < -cut:
         raise ValueError(f"eigenvalues: negative value {float(lam.min()):.3e} (spectra are non-negative)")
-    kept = lam[lam > tol]
-    if kept.size == 0:
-        raise ValueError(f"eigenvalues: no eigenvalue above tol={tol:.3g} (rank undefined for a zero spectrum)")
+    kept = x[x > cut]
     return np.log(kept) - np.log(kept.sum())
 
 
@@ -265,8 +303,9 @@ def _check_alpha(alpha: float) -> float:
 def renyi_rank(eigenvalues: Any, alpha: float, *, tol: float | None = None) -> float:
     """Rényi effective rank ``R_α = exp( (1/(1−α)) log Σ_i p_i^α )``, ``p_i = λ_i/Σλ``.
 
-    ``eigenvalues``: 1-D non-negative spectrum (any order); entries ``≤ tol`` are zeros (default
-    ``max(1e-12, max λ · len(λ) · ε)``).  ``alpha`` in ``[0, ∞]``: ``α = 0`` → number of modes above ``tol``; ``α = 1`` → ``exp(−Σ p log p)``;
+    ``eigenvalues``: 1-D non-negative spectrum (any order, any scale: ``R_α(cλ) = R_α(λ)``);
+    entries ``≤ tol`` are zeros (default relative, ``max λ · len(λ) · ε``; an explicit ``tol`` is
+    absolute).  ``alpha`` in ``[0, ∞]``: ``α = 0`` → number of modes above ``tol``; ``α = 1`` → ``exp(−Σ p log p)``;
     ``α = ∞`` → ``1/max p``.  ``1 ≤ R_α ≤ #modes`` and ``R_α`` is non-increasing in ``α``.
     Near ``α = 1`` the log-moment is evaluated as ``log1p(Σ p_i expm1((α−1) log p_i))`` to avoid
     cancellation; elsewhere with ``logsumexp``.
@@ -315,10 +354,13 @@ def rank_summary(activations: Any, *, alphas: Sequence[float] = (0.0, 1.0, 2.0, 
                  source: SpectrumSource = "covariance", center: bool = True) -> dict:
     """Ranks of one ``n × D`` activation matrix: ``R_α`` per ``α``, soft, hard, asymmetry.
 
-    Returns a JSON-ready dict (``α = ∞`` is keyed ``"inf"``).
+    Returns a JSON-ready dict (``α = ∞`` is keyed ``"inf"``).  The ranks are scale invariant: the
+    spectrum is taken of ``H / max|H|`` (``R_α`` does not change, overflow and underflow do not
+    happen).
     """
     h = _activations(activations)
-    lam = spectrum(h, source=source, center=center)
+    top = float(np.abs(h).max())
+    lam = spectrum(h / top if top > 0 else h, source=source, center=center)
     renyi = {_alpha_key(a): renyi_rank(lam, a) for a in alphas}
     return {
         "n": int(h.shape[0]),

@@ -17,14 +17,17 @@ use the ``Linear.weight`` layout ``W ∈ R^{fan_out × fan_in}``; decoupled weig
 * :class:`Dion` — larger dimension first (``m ≥ n``), rank ``k = ⌈r·n⌉``, ``Q_0 ~ N(0,1)`` drawn by
   ``numpy.random.default_rng(seed)`` (identical to the reference): ``M ← M + G``,
   ``P = QR(MQ)``, ``R = M^T P``, ``M ← M − (1−μ)PR^T``, ``Q ← R/(‖R_{:,j}‖ + ε)``, update
-  ``PQ^T``.  Plain Householder QR (``torch.linalg.qr``), not the runs' randomized Cholesky-QR.
+  ``PQ^T``; an all-zero or non-finite ``M`` gives ``P = 0``, ``R = Q`` (microsoft/dion
+  ``fix_all_zero_or_nan``).  Plain Householder QR (``torch.linalg.qr``), not the runs'
+  randomized Cholesky-QR.
 * :class:`Lion` — ``U = sign(β₁M + (1−β₁)G)``, ``M ← β₂M + (1−β₂)G``.
 * AdamW is :class:`torch.optim.AdamW`.
 
 :func:`build_optimizer` is the factory of the authors' ``train/optimizer_factory.py``: the matrix
 parameters of the transformer blocks get the named optimizer; embedding and ``lm_head`` get Lion
-(``lr_embed = lr_scalar``, ``lr_head = lr_scalar/√d_model``, no weight decay) — or AdamW
-everywhere for the AdamW runs.
+(``lr_embed = lr``, ``lr_head = lr/√d_model`` with the matrix rate ``lr``, no weight decay) — or
+AdamW everywhere for the AdamW runs.  Every published constant is imported from
+:mod:`transformer_limits.numeric.matrix_optimizers` (one definition, one cited source).
 """
 
 from __future__ import annotations
@@ -36,7 +39,22 @@ from typing import Any, Iterable, Literal, Sequence
 import numpy as np
 import torch
 
-from transformer_limits.numeric.matrix_optimizers import NS_EPS, _coefficients, muon_scale
+from transformer_limits.numeric.matrix_optimizers import (
+    ADAMW_BETAS,
+    ADAMW_LR,
+    DION_EPS,
+    LION_BETAS_RUNS,
+    MUON_LR,
+    MUON_MOMENTUM,
+    NORMUON_BETA2,
+    NORMUON_EPS,
+    NS_EPS,
+    NS_EPS_JORDAN,
+    NS_EPS_RUNS,
+    WEIGHT_DECAY,
+    _coefficients,
+    muon_scale,
+)
 
 __all__ = [
     "newton_schulz",
@@ -45,6 +63,9 @@ __all__ = [
     "Dion",
     "Lion",
     "OPTIMIZER_NAMES",
+    "ADAMW_LR",
+    "ADAMW_BETAS",
+    "WEIGHT_DECAY",
     "OptimizerSpec",
     "optimizer_spec",
     "OptimizerBundle",
@@ -97,21 +118,24 @@ def _matrix_grad(p: torch.Tensor) -> torch.Tensor:
 class Muon(torch.optim.Optimizer):
     """Muon (THEORY.md §3.8); defaults as :class:`matrix_optimizers.Muon` (Jordan's reference).
 
-    The paper's runs: ``momentum_form="sum", coefficients="dion", scale="spectral_norm"``.
-    The direction before lr and scale is kept in ``state[p]["last_update"]``.
+    The paper's runs: ``momentum_form="sum", coefficients="dion", scale="spectral_norm",
+    ns_eps=NS_EPS_RUNS``.  The direction before lr and scale is kept in ``state[p]["last_update"]``.
     """
 
-    def __init__(self, params: Iterable[Any], lr: float = 0.02, momentum: float = 0.95,
+    def __init__(self, params: Iterable[Any], lr: float = MUON_LR, momentum: float = MUON_MOMENTUM,
                  weight_decay: float = 0.0, *, nesterov: bool = True,
                  momentum_form: Literal["lerp", "sum"] = "lerp",
                  coefficients: str | Sequence[Sequence[float]] = "original",
-                 scale: str = "original") -> None:
+                 scale: str = "original", ns_eps: float = NS_EPS_JORDAN) -> None:
         _check_common(lr, weight_decay, momentum)
         if momentum_form not in ("lerp", "sum"):
             raise ValueError(f"momentum_form must be 'lerp' or 'sum', got {momentum_form!r}")
         muon_scale((1, 1), scale)  # validates the rule
+        if not ns_eps >= 0:
+            raise ValueError(f"ns_eps must be non-negative, got {ns_eps}")
         defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov,
-                        momentum_form=momentum_form, coefficients=_coefficients(coefficients), scale=scale)
+                        momentum_form=momentum_form, coefficients=_coefficients(coefficients), scale=scale,
+                        ns_eps=float(ns_eps))
         super().__init__(params, defaults)
 
     @staticmethod
@@ -127,7 +151,7 @@ class Muon(torch.optim.Optimizer):
         return mu * M + g if group["nesterov"] else M.clone()
 
     def _direction(self, state: dict, g: torch.Tensor, group: dict) -> torch.Tensor:
-        return newton_schulz(self._momentum_direction(state, g, group), group["coefficients"])
+        return newton_schulz(self._momentum_direction(state, g, group), group["coefficients"], group["ns_eps"])
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
@@ -152,15 +176,15 @@ class NorMuon(Muon):
     """NorMuon (microsoft/dion ``normuon.py``); defaults are the runs' (sum momentum, dion NS
     schedule, ``"spectral_norm"``, ``β₂ = 0.95``) as in :class:`matrix_optimizers.NorMuon`."""
 
-    def __init__(self, params: Iterable[Any], lr: float = 0.02, momentum: float = 0.95,
-                 weight_decay: float = 0.0, *, beta2: float = 0.95, eps: float = 1e-8,
+    def __init__(self, params: Iterable[Any], lr: float = MUON_LR, momentum: float = MUON_MOMENTUM,
+                 weight_decay: float = 0.0, *, beta2: float = NORMUON_BETA2, eps: float = NORMUON_EPS,
                  nesterov: bool = True, momentum_form: Literal["lerp", "sum"] = "sum",
                  coefficients: str | Sequence[Sequence[float]] = "dion",
-                 scale: str = "spectral_norm") -> None:
+                 scale: str = "spectral_norm", ns_eps: float = NS_EPS_RUNS) -> None:
         if not 0.0 <= beta2 < 1.0:
             raise ValueError(f"beta2 must be in [0, 1), got {beta2}")
         super().__init__(params, lr, momentum, weight_decay, nesterov=nesterov, momentum_form=momentum_form,
-                         coefficients=coefficients, scale=scale)
+                         coefficients=coefficients, scale=scale, ns_eps=ns_eps)
         for group in self.param_groups:
             group.setdefault("beta2", float(beta2))
             group.setdefault("eps", float(eps))
@@ -172,8 +196,7 @@ class NorMuon(Muon):
         v = state["second_moment"]
         v.mul_(group["beta2"]).add_((O * O).mean(dim=1), alpha=1.0 - group["beta2"])
         O_hat = O / (v.sqrt()[:, None] + group["eps"])
-        norm_hat = torch.linalg.matrix_norm(O_hat)
-        return O_hat * (torch.linalg.matrix_norm(O) / norm_hat) if norm_hat > 0 else O_hat
+        return O_hat * (torch.linalg.matrix_norm(O) / torch.linalg.matrix_norm(O_hat).clamp(min=group["eps"]))
 
 
 class Dion(torch.optim.Optimizer):
@@ -184,8 +207,8 @@ class Dion(torch.optim.Optimizer):
     the same ``seed``.
     """
 
-    def __init__(self, params: Iterable[Any], lr: float = 0.02, momentum: float = 0.95,
-                 weight_decay: float = 0.0, *, rank_fraction: float = 1.0, eps: float = 1e-8,
+    def __init__(self, params: Iterable[Any], lr: float = MUON_LR, momentum: float = MUON_MOMENTUM,
+                 weight_decay: float = 0.0, *, rank_fraction: float = 1.0, eps: float = DION_EPS,
                  seed: int = 0, scale: str = "spectral_norm") -> None:
         _check_common(lr, weight_decay, momentum)
         if not 0.0 < rank_fraction <= 1.0:
@@ -223,9 +246,13 @@ class Dion(torch.optim.Optimizer):
                 state = self.state[p] if "Q" in self.state[p] else self._init_state(p, group, index - 1)
                 M = state["momentum_buffer"]
                 M.add_(g.T if state["transposed"] else g)
-                P, _ = torch.linalg.qr(M @ state["Q"])
-                R = M.T @ P
-                M.sub_(P @ R.T, alpha=1.0 - group["momentum"])
+                if bool(torch.isfinite(M).all()) and bool((M != 0).any()):
+                    P, _ = torch.linalg.qr(M @ state["Q"])
+                    R = M.T @ P
+                    M.sub_(P @ R.T, alpha=1.0 - group["momentum"])
+                else:  # all-zero or non-finite momentum: no update, keep Q (fix_all_zero_or_nan)
+                    P = torch.zeros((M.shape[0], state["rank"]), dtype=M.dtype, device=M.device)
+                    R = state["Q"]
                 state["Q"] = R / (torch.linalg.vector_norm(R, dim=0, keepdim=True) + group["eps"])
                 update = P @ state["Q"].T
                 if state["transposed"]:
@@ -240,7 +267,7 @@ class Lion(torch.optim.Optimizer):
     """Lion, any tensor shape: ``U = sign(β₁M + (1−β₁)G)``, ``M ← β₂M + (1−β₂)G``,
     ``W ← W(1−ηλ) − ηU``; betas ``(0.95, 0.98)`` as in the runs."""
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-4, betas: tuple[float, float] = (0.95, 0.98),
+    def __init__(self, params: Iterable[Any], lr: float = 1e-4, betas: tuple[float, float] = LION_BETAS_RUNS,
                  weight_decay: float = 0.0) -> None:
         _check_common(lr, weight_decay)
         b1, b2 = betas
@@ -282,20 +309,27 @@ class OptimizerSpec:
     """Hyper-parameters of one run's optimizers (THEORY.md §3.8; toy-scale learning rates).
 
     ``name``: one of :data:`OPTIMIZER_NAMES`; ``lr``: matrix lr (0.02 for Muon/NorMuon/Dion,
-    3e-3 for AdamW in the paper); ``lr_scalar``: Lion's embedding lr (head: ``lr_scalar/√d_model``;
-    0.03 is a toy-scale choice — the paper does not state it);
+    3e-3 for AdamW in the paper); ``lr_scalar``: Lion's embedding lr, ``None`` (default) meaning
+    ``lr`` as in the authors' ``optimizer_factory.py`` (``lr_embed = lr``, ``lr_head = lr/√d_model``);
     ``weight_decay`` 0.01 on the block matrices; ``momentum`` μ = 0.95; AdamW betas (0.9, 0.95);
-    Lion betas (0.95, 0.98).
+    Lion betas (0.95, 0.98); ``ns_eps`` the Newton–Schulz ``eps`` of Muon/NorMuon (1e-8, the
+    runs' microsoft/dion default).
     """
 
     name: str
     lr: float
-    lr_scalar: float = 0.03
-    weight_decay: float = 0.01
-    momentum: float = 0.95
-    adamw_betas: tuple[float, float] = (0.9, 0.95)
-    lion_betas: tuple[float, float] = (0.95, 0.98)
+    lr_scalar: float | None = None
+    weight_decay: float = WEIGHT_DECAY
+    momentum: float = MUON_MOMENTUM
+    adamw_betas: tuple[float, float] = ADAMW_BETAS
+    lion_betas: tuple[float, float] = LION_BETAS_RUNS
+    ns_eps: float = NS_EPS_RUNS
     seed: int = 0
+
+    @property
+    def lion_lr(self) -> float:
+        """Lion's embedding lr: ``lr_scalar``, or the matrix rate ``lr`` when unset (authors)."""
+        return self.lr if self.lr_scalar is None else self.lr_scalar
 
     @property
     def label(self) -> str:
@@ -316,7 +350,7 @@ def optimizer_spec(name: str, **overrides: Any) -> OptimizerSpec:
     """The paper's settings for ``name`` (AdamW lr 3e-3, matrix optimizers lr 0.02), with overrides."""
     if name not in OPTIMIZER_NAMES:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZER_NAMES)}, got {name!r}")
-    base = dict(lr=3e-3 if name == "adamw" else 0.02)
+    base = dict(lr=ADAMW_LR if name == "adamw" else MUON_LR)
     base.update(overrides)
     return OptimizerSpec(name=name, **base)
 
@@ -348,8 +382,8 @@ def build_optimizer(spec: OptimizerSpec, block_matrices: Sequence[torch.nn.Param
                     embedding: Sequence[torch.nn.Parameter], head: Sequence[torch.nn.Parameter],
                     d_model: int) -> OptimizerBundle:
     """The authors' factory: ``block_matrices`` (2-D weights of the blocks) get ``spec.name``;
-    ``embedding``/``head`` get Lion (``lr_scalar`` and ``lr_scalar/√d_model``, no weight decay), or
-    AdamW with the same lr and no decay when ``spec.name == "adamw"`` (AdamW everywhere)."""
+    ``embedding``/``head`` get Lion (``spec.lion_lr`` and ``spec.lion_lr/√d_model``, no weight
+    decay), or AdamW with the same lr and no decay when ``spec.name == "adamw"`` (AdamW everywhere)."""
     blocks, emb, hd = list(block_matrices), list(embedding), list(head)
     if spec.name == "adamw":
         groups = [dict(params=blocks, weight_decay=spec.weight_decay),
@@ -357,13 +391,14 @@ def build_optimizer(spec: OptimizerSpec, block_matrices: Sequence[torch.nn.Param
         return OptimizerBundle([torch.optim.AdamW(groups, lr=spec.lr, betas=spec.adamw_betas)])
     if spec.name == "muon":
         matrix: torch.optim.Optimizer = Muon(blocks, spec.lr, spec.momentum, spec.weight_decay, nesterov=True,
-                                             momentum_form="sum", coefficients="dion", scale="spectral_norm")
+                                             momentum_form="sum", coefficients="dion", scale="spectral_norm",
+                                             ns_eps=spec.ns_eps)
     elif spec.name == "normuon":
-        matrix = NorMuon(blocks, spec.lr, spec.momentum, spec.weight_decay)
+        matrix = NorMuon(blocks, spec.lr, spec.momentum, spec.weight_decay, ns_eps=spec.ns_eps)
     else:
         matrix = Dion(blocks, spec.lr, spec.momentum, spec.weight_decay, rank_fraction=spec.rank_fraction,
                       seed=spec.seed)
-    scalar = Lion([dict(params=emb, lr=spec.lr_scalar),
-                   dict(params=hd, lr=spec.lr_scalar / math.sqrt(d_model))],
-                  lr=spec.lr_scalar, betas=spec.lion_betas, weight_decay=0.0)
+    scalar = Lion([dict(params=emb, lr=spec.lion_lr),
+                   dict(params=hd, lr=spec.lion_lr / math.sqrt(d_model))],
+                  lr=spec.lion_lr, betas=spec.lion_betas, weight_decay=0.0)
     return OptimizerBundle([matrix, scalar])

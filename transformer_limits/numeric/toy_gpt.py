@@ -22,8 +22,11 @@ the training corpus (:func:`frequency_strata` on ``numpy.bincount``); both are r
 **Model** (:class:`ToyGPT`): token embedding, ``n_layers`` pre-RMSNorm blocks (weightless
 ``rms_norm``), causal multi-head attention with RoPE and optional QK-RMSNorm, FFN
 ``c_proj(ReLU(c_fc x)²)`` of hidden width ``D = ffn_mult · d_model`` (``ffn_mult ∈ 1..8``), no biases,
-final RMSNorm, untied ``lm_head``.  ``c_proj``, the attention output and ``lm_head`` start at zero
-(modded-nanoGPT).
+final RMSNorm, untied ``lm_head``.  Initialisation as the authors' ``GPT._init_weights``
+(spectral-scaling-laws ``optimizer_ssl/models/gpt_model.py``): every ``Linear`` weight
+``W ∈ R^{fan_out × fan_in}`` is ``N(0, σ²)`` with ``σ = fan_in^{−1/2} · min(1, (fan_out/fan_in)^{1/2})``
+(spectral-norm scaling, arXiv:2310.17813) and the embedding is ``N(0, 1)``; no projection starts at
+zero (a zero ``c_proj``/``lm_head`` makes every block gradient exactly zero at step 1).
 
 **Hooks** (:class:`FFNActivationCollector`): ``h_pre = c_fc(x)`` (forward hook on ``c_fc``) and
 ``h_post = ReLU(h_pre)²`` (forward pre-hook on ``c_proj``), shape ``(B, T, D)`` → ``n × D`` rows,
@@ -55,6 +58,7 @@ __all__ = [
     "ZipfLanguage",
     "ToyGPTConfig",
     "ToyGPT",
+    "init_std",
     "FFNActivationCollector",
     "ToyRunConfig",
     "ToyRunResult",
@@ -223,7 +227,6 @@ class _Attention(nn.Module):
         self.c_k = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.c_v = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.c_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        nn.init.zeros_(self.c_proj.weight)
         self.rotary = _Rotary(cfg.d_model // cfg.n_heads, cfg.context)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -242,7 +245,6 @@ class _MLP(nn.Module):
         super().__init__()
         self.c_fc = nn.Linear(cfg.d_model, cfg.ffn_width, bias=False)
         self.c_proj = nn.Linear(cfg.ffn_width, cfg.d_model, bias=False)
-        nn.init.zeros_(self.c_proj.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.c_proj(F.relu(self.c_fc(x)).square())
@@ -259,6 +261,19 @@ class _Block(nn.Module):
         return x + self.mlp(_rms_norm(x))
 
 
+def init_std(fan_out: int, fan_in: int) -> float:
+    """The authors' ``Linear`` init std ``fan_in^{−1/2} · min(1, (fan_out/fan_in)^{1/2})``."""
+    return min(1.0, (fan_out / fan_in) ** 0.5) / fan_in ** 0.5
+
+
+@torch.no_grad()
+def _init_weights(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=init_std(*module.weight.shape))
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=1.0)
+
+
 class ToyGPT(nn.Module):
     """``forward(idx)``: ``idx`` ``(B, T)`` int64 with ``T ≤ context`` → logits ``(B, T, V)``."""
 
@@ -268,7 +283,7 @@ class ToyGPT(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.n_layers))
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        nn.init.zeros_(self.lm_head.weight)
+        self.apply(_init_weights)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         if idx.ndim != 2 or idx.shape[1] > self.config.context:

@@ -1,18 +1,24 @@
-"""Crude global bounds on softmax attention and its derivatives (THEORY.md 1.3).
+"""Global bounds on softmax attention and its derivatives (THEORY.md 1.3), each one attained.
 
 If supp mu ⊂ B(0, R), ||Q^T K|| <= R_theta^2 and ||V|| <= R_theta^2 (operator norms; fold a head's
 output matrix O into V, i.e. ||O V|| <= R_theta^2), then for |x| = r:
 
     pi_mu(x, z)          <= exp(2 R_theta^2 R r)                       (kernel bound)
     |A(x, mu)|           <= R_theta^2 R
-    ||grad_x A(x, mu)||  <= 2 R_theta^4 R^2
+    ||grad_x A(x, mu)||  <= R_theta^4 R^2
     ||d_mu A(x, mu)(z)|| <= exp(2 R_theta^2 R r) (R_theta^2 + 2 R_theta^4 R r)
 
 Proof sketch (each step is one line): |<Qx, Ky>| = |x^T (Q^T K) y| <= R_theta^2 r R, so the softmax
 density is at most e^{R_theta^2 R r} / e^{-R_theta^2 R r}; A is a pi mu-average of V y with
-|V y| <= R_theta^2 R; grad_x A = Cov(V y, Q^T K y) with |V y - A| <= 2 R_theta^2 R and
-|Q^T K y| <= R_theta^2 R; the Lions derivative is pi [V + (V z - A)(K^T Q x)^T] with
-|K^T Q x| <= R_theta^2 r.  These are crude; the paper's constants are unknown.
+|V y| <= R_theta^2 R; grad_x A = sum_y pi (V y - A)(Q^T K y)^T = V Cov_pi(y) (Q^T K)^T and
+||Cov_pi(y)|| = sup_|e|=1 Var_pi<e, y> <= sup_|e|=1 E_pi<e, y>^2 <= R^2; the Lions derivative is
+pi [V + (V z - A)(K^T Q x)^T] with |V z - A| <= 2 R_theta^2 R and |K^T Q x| <= R_theta^2 r.
+
+Sharpness (tests/test_bound_sharpness.py): with V = Q^T K = R_theta^2 I every bound is attained or
+approached — a point mass at |y| = R (attention), two equal atoms at +-R e seen from x = 0 (Jacobian:
+Cov_pi = R^2 e e^T), a vanishing atom at z = R e against the rest at -R e with x = r e (kernel and
+Lions bounds, ratio -> 1).  An earlier version stated the Jacobian bound as 2 R_theta^4 R^2 (bounding
+|V y - A| by 2 R_theta^2 R instead of using the covariance); that was valid but loose by 2.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ def attention_bound_expressions() -> dict[str, sp.Expr]:
     return {
         "softmax_density_bound": kernel,
         "attention_bound": _RT**2 * _R,
-        "jacobian_bound": 2 * _RT**4 * _R**2,
+        "jacobian_bound": _RT**4 * _R**2,
         "lions_derivative_bound": kernel * (_RT**2 + 2 * _RT**4 * _R * _r),
     }
 
@@ -40,7 +46,7 @@ def attention_bound_expressions() -> dict[str, sp.Expr]:
 _LATEX = {
     "softmax_density_bound": r"\pi_\mu(x,z) \le e^{2 R_\theta^2 R |x|}",
     "attention_bound": r"|A(x,\mu)| \le R_\theta^2 R",
-    "jacobian_bound": r"\|\nabla_x A(x,\mu)\| \le 2 R_\theta^4 R^2",
+    "jacobian_bound": r"\|\nabla_x A(x,\mu)\| = \|V\,\mathrm{Cov}_\pi(y)\,(Q^\top K)^\top\| \le R_\theta^4 R^2",
     "lions_derivative_bound": r"\|\partial_\mu A(x,\mu)(z)\| \le e^{2R_\theta^2 R|x|}\,(R_\theta^2 + 2R_\theta^4 R |x|)",
 }
 
@@ -73,9 +79,13 @@ def attention_bounds(R: float | None, R_theta: float | None, x_norm: float | Non
         generic_latex=_LATEX,
         assumptions=["supp mu ⊂ B(0, R)", "||Q^T K|| <= R_theta^2 and ||O V|| <= R_theta^2 (operator norms)",
                      "unmasked softmax attention, one head (a mean over heads obeys the same bounds)"],
-        checks=["Each bound follows from |<Qx, Ky>| <= R_theta^2 |x| R (proof sketch in the module docstring).",
+        checks=["Each bound follows from |<Qx, Ky>| <= R_theta^2 |x| R and, for the Jacobian, "
+                "grad_x A = V Cov_pi(y) (Q^T K)^T with ||Cov_pi(y)|| <= R^2 (proof sketch in the module "
+                "docstring).",
                 "tests/test_attention_bounds.py: hypothesis-drawn configurations never exceed the bounds "
                 "(NumPy reference), and an adversarial two-atom measure shows the factor 2 in the "
-                "exponent is needed: a bound with exp(R_theta^2 R |x|) fails."],
+                "exponent is needed: a bound with exp(R_theta^2 R |x|) fails.",
+                "tests/test_bound_sharpness.py: every bound is attained (attention, Jacobian) or "
+                "approached to a ratio > 0.999 (kernel, Lions derivative) with V = Q^T K = R_theta^2 I."],
         values=values,
     )

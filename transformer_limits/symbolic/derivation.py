@@ -23,6 +23,9 @@ from typing import Any, Callable
 import sympy as sp
 
 __all__ = [
+    "CHECK_STATES",
+    "CheckLine",
+    "check_state",
     "Derivation",
     "Param",
     "derivation",
@@ -30,6 +33,36 @@ __all__ = [
     "register_derivation",
     "derivation_spec",
 ]
+
+
+#: states of a derivation check: "passed" (a proof or a numeric comparison that held), "failed" (it
+#: did not hold) and "not evaluated" (it could not be decided here, e.g. the numbers overflow or
+#: would need more precision than allowed; the line says why) — never a false alarm or a false pass
+CHECK_STATES = ("passed", "failed", "not evaluated")
+
+
+class CheckLine(str):
+    """One line of :attr:`Derivation.checks` (plain text) carrying its state (``CHECK_STATES``).
+
+    Plain ``str`` lines count as ``"passed"``: the builders raise instead of recording a failed proof.
+
+    >>> CheckLine("identity: not evaluated (overflow)", "not evaluated").state
+    'not evaluated'
+    """
+
+    state: str
+
+    def __new__(cls, text: str, state: str = "passed") -> "CheckLine":
+        if state not in CHECK_STATES:
+            raise ValueError(f"state must be one of {', '.join(CHECK_STATES)}; got {state!r}")
+        line = super().__new__(cls, text)
+        line.state = state
+        return line
+
+
+def check_state(line: str) -> str:
+    """The state of one check line (``"passed"`` for a plain string)."""
+    return getattr(line, "state", "passed")
 
 
 @dataclass(frozen=True)
@@ -129,6 +162,18 @@ class Derivation:
     def __getitem__(self, key: str) -> Any:
         return self.expressions[key]
 
+    @property
+    def check_states(self) -> list[str]:
+        """State of each line of ``checks`` (``"passed"``, ``"failed"`` or ``"not evaluated"``)."""
+        return [check_state(c) for c in self.checks]
+
+    def _check_summary(self) -> str | None:
+        """``checks: 5 passed, 1 not evaluated`` when some check did not pass, else None."""
+        states = self.check_states
+        if all(s == "passed" for s in states):
+            return None
+        return "checks: " + ", ".join(f"{states.count(s)} {s}" for s in CHECK_STATES if states.count(s))
+
     def to_json(self) -> dict[str, Any]:
         """JSON-able dictionary (``name``, ``title``, ``latex``, ``assumptions``, ``values``, ...)."""
         return {
@@ -139,7 +184,8 @@ class Derivation:
             "latex": self.latex,
             "expressions": {k: sp.sstr(v) for k, v in self.expressions.items()},
             "assumptions": list(self.assumptions),
-            "checks": list(self.checks),
+            "checks": [str(c) for c in self.checks],
+            "check_states": self.check_states,
             "values": _jsonable(self.values),
         }
 
@@ -160,6 +206,8 @@ class Derivation:
         lines.extend(f"  - {a}" for a in self.assumptions)
         lines.append("checked by:")
         lines.extend(f"  - {c}" for c in self.checks)
+        if self._check_summary():
+            lines.append(self._check_summary())
         if self.values:
             lines.append("values:")
             lines.extend(f"  {k} = {v}" for k, v in _jsonable(self.values).items())
@@ -183,6 +231,8 @@ class Derivation:
             lines += [f"**{key}**", "", "$$", tex, "$$", ""]
         lines += ["## Assumptions", ""] + [f"- {a}" for a in self.assumptions] + [""]
         lines += ["## How it was checked", ""] + [f"- {c}" for c in self.checks] + [""]
+        if self._check_summary():
+            lines += [f"**{self._check_summary()}**", ""]
         if self.values:
             lines += ["## Values", "", "| name | value |", "|---|---|"]
             for k, v in _jsonable(self.values).items():

@@ -13,8 +13,8 @@ topic) and call :func:`register_experiment` at import time; they are discovered 
 
 from __future__ import annotations
 
+import errno
 import importlib
-import math
 import numbers
 import pkgutil
 import tempfile
@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from transformer_limits.errors import EnvironmentFailure, InputError
 from transformer_limits.verify.verdicts import Check
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,7 +97,10 @@ class ExperimentResult:
     ``figures`` plots; ``notes`` free-text findings (e.g. "the L^-1/3 term is not tight");
     ``data``    JSON-able raw results kept in results.json but not rendered (e.g. the worst inputs
                 found by the sup-over-inputs ascent, as arrays);
-    ``provenance`` seeds, grid, timings (the report adds versions, git commit, config hash).
+    ``provenance`` seeds, grid, timings (the report adds versions, git commit, config hash);
+    ``error``   None, or one line saying why the run crashed (set by :func:`run_experiment`; the
+                traceback is in ``notes``).  A crashed run has :attr:`status` ``"error"``: it is
+                neither a pass nor a failed check.
     """
 
     experiment: str
@@ -108,10 +112,19 @@ class ExperimentResult:
     notes: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
 
     @property
     def passed(self) -> bool:
-        return all(c.passed for c in self.checks)
+        """Every check passed and the run did not crash."""
+        return self.error is None and all(c.passed for c in self.checks)
+
+    @property
+    def status(self) -> str:
+        """``"pass"``, ``"fail"`` (a check failed: the data contradict the claim) or ``"error"`` (crashed)."""
+        if self.error is not None:
+            return "error"
+        return "pass" if self.passed else "fail"
 
     @property
     def failed_checks(self) -> list[Check]:
@@ -191,45 +204,53 @@ def experiment_spec(name: str) -> Experiment:
 # ------------------------------------------------------------------------------------------------
 
 
-def _error_check(name: str, claim: str, note: str) -> Check:
-    return Check(name, claim, None, math.nan, (-math.inf, math.inf), False,
-                 {"alpha": 0.0, "sides": "none", "method": "deterministic"}, note)
+# errno values that mean the machine, not the experiment, failed (disk full, quota, I/O error)
+_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
 
 
 def run_experiment(experiment: Experiment, config: ExperimentConfig) -> ExperimentResult:
-    """Run ``experiment`` under ``config``; never raises for a failure *inside* the experiment.
+    """Run ``experiment`` under ``config``; a crash *inside* the experiment is recorded, not raised.
 
-    An exception in ``experiment.run`` becomes a result with one failed check ``ran_without_error``
-    and the traceback in its notes; a declared check (``experiment.check_names``) missing from the
-    result becomes a failed check ``reported:<name>``.  ``provenance["timings"]["run_s"]`` records
-    the wall time.  ``KeyboardInterrupt`` / ``SystemExit`` propagate.
+    An exception in ``experiment.run`` gives a result with ``error`` set (one line), no checks and
+    the traceback in its notes (:attr:`ExperimentResult.status` ``"error"``); so does a result
+    missing a declared check (``experiment.check_names``) or reporting none.  Failures of the
+    input or the environment stop the whole run instead and propagate:
+    :class:`transformer_limits.errors.InputError` (a bad store, scheduler or grid size),
+    :class:`transformer_limits.errors.EnvironmentFailure`, ``MemoryError`` and an ``OSError`` for
+    a full disk (raised as ``EnvironmentFailure``).  ``provenance["timings"]["run_s"]`` records the
+    wall time.  ``KeyboardInterrupt`` / ``SystemExit`` propagate.
     """
     start = time.perf_counter()
     try:
         result = experiment.run(config)
         if not isinstance(result, ExperimentResult):
             raise TypeError(f"run returned {type(result).__name__}, not ExperimentResult")
-    except Exception as exc:  # noqa: BLE001 - reported as a failed check
-        result = ExperimentResult(experiment.name, config.profile)
-        result.checks.append(_error_check(
-            "ran_without_error", f"experiment {experiment.name} runs to completion",
-            f"{type(exc).__name__}: {exc}".splitlines()[0]))
-        result.notes.append("traceback:\n" + traceback.format_exc())
+    except (InputError, EnvironmentFailure, MemoryError):
+        raise
+    except OSError as exc:
+        if exc.errno in _ENVIRONMENT_ERRNOS:
+            raise EnvironmentFailure(f"experiment {experiment.name}: {exc}") from exc
+        result = _crashed(experiment, config, exc)
+    except Exception as exc:  # noqa: BLE001 - recorded as a crash (status "error"), not a failed check
+        result = _crashed(experiment, config, exc)
     else:
-        reported = {c.name for c in result.checks}
-        for name in experiment.check_names:
-            if name not in reported:
-                result.checks.append(_error_check(
-                    f"reported:{name}", f"the run reports the declared check {name!r}",
-                    "declared in Experiment.check_names but missing from the result"))
-        if not result.checks:
-            result.checks.append(_error_check("reported_checks", "the run reports at least one check",
-                                              "no checks in the result"))
+        missing = [name for name in experiment.check_names if name not in {c.name for c in result.checks}]
+        if missing:
+            result.error = f"the result lacks the declared check(s) {', '.join(missing)}"
+        elif not result.checks:
+            result.error = "the result reports no checks"
     elapsed = time.perf_counter() - start
     timings = dict(result.provenance.get("timings", {}))
     timings["run_s"] = elapsed
     result.provenance["timings"] = timings
     result.provenance.setdefault("seeds", {"base": config.seed})
+    return result
+
+
+def _crashed(experiment: Experiment, config: ExperimentConfig, exc: BaseException) -> ExperimentResult:
+    result = ExperimentResult(experiment.name, config.profile)
+    result.error = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+    result.notes.append("traceback:\n" + traceback.format_exc())
     return result
 
 

@@ -32,6 +32,11 @@ Grammar (whitespace or ``*`` multiplies, ``/`` divides, ``^`` or ``**`` raises):
   ``_`` and word characters), or any name not among ``params`` when ``params`` is given, is the
   term's coefficient name; terms without one are named ``C1``, ``C2``, ... in order.
 
+Input limits (refused with a ``ValueError`` naming the token and position, never a ``RecursionError``
+or ``OverflowError``): at most :data:`MAX_CLAIM_LENGTH` characters, parentheses nested at most
+:data:`MAX_NESTING` deep, number tokens of at most 24 characters with a decimal exponent of at most 24
+(``1e999`` is refused), and exponents with ``|q| <=`` :data:`MAX_ABS_EXPONENT` and denominator ≤ 10⁴.
+
 ``str(claim)`` writes the canonical form (``C1 L^-1 + C2 L^-1/3 H^-1/2``), which parses back to an
 equal claim; :meth:`RateClaim.latex` writes LaTeX.
 """
@@ -63,11 +68,27 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RESERVED = {"log", "ln", "sqrt"}
 _MAX_DENOMINATOR = 10_000
 
+# Input limits (issue 11): claims are short human-written formulas, so anything beyond these is a
+# mistake or an attack, refused with a ValueError before it can exhaust the stack or memory.
+#: longest claim text (characters)
+MAX_CLAIM_LENGTH = 2_000
+#: deepest parenthesis nesting (the parser is recursive-descent: depth bounds its recursion)
+MAX_NESTING = 32
+#: largest |exponent| of a parameter or log factor in a term (rates in the papers have |q| <= 2)
+MAX_ABS_EXPONENT = 100
+#: most characters in a number token; its decimal exponent (``1e5``) is bounded by the same count,
+#: so ``1e999`` (or ``1e999999999``, which would build a 10^9-digit integer) is refused up front
+_MAX_NUMBER_CHARS = 24
+_NUMBER_PARTS = re.compile(r"(?P<mantissa>\d*\.?\d*)(?:[eE](?P<exp>[+-]?\d+))?\Z")
+
 
 def _as_fraction(value: Any, what: str) -> Fraction:
     """Exact rational for an exponent given as int, float, str or Fraction."""
     if isinstance(value, Fraction):
         return value
+    if isinstance(value, str) and len(value) > _MAX_NUMBER_CHARS:
+        raise ValueError(f"{what} must be a short rational number (at most {_MAX_NUMBER_CHARS} characters), "
+                         f"got {value[:_MAX_NUMBER_CHARS]!r}...")
     try:
         if isinstance(value, float):
             if not np.isfinite(value):
@@ -88,6 +109,9 @@ def _clean_powers(powers: Mapping[str, Any] | None, what: str) -> dict[str, Frac
         if not isinstance(name, str) or not _IDENT.match(name) or name in _RESERVED:
             raise ValueError(f"{what}: {name!r} is not a valid parameter name")
         q = _as_fraction(value, f"{what}[{name!r}]")
+        if abs(q) > MAX_ABS_EXPONENT or q.denominator > _MAX_DENOMINATOR:
+            raise ValueError(f"{what}[{name!r}] = {_format_power(q)} is outside the stated limits "
+                             f"(|exponent| <= {MAX_ABS_EXPONENT}, denominator <= {_MAX_DENOMINATOR})")
         if q != 0:
             out[name] = q
     return out
@@ -352,9 +376,13 @@ class _Parser:
     """Recursive-descent parser for rate-claim strings (see the module docstring)."""
 
     def __init__(self, text: str, params: Sequence[str] | None) -> None:
+        if len(text) > MAX_CLAIM_LENGTH:
+            raise ValueError(f"rate claim {text[:40]!r}...: text is {len(text)} characters long, over the "
+                             f"stated limit of {MAX_CLAIM_LENGTH}")
         self.text = text
         self.params = None if params is None else set(params)
         self.tokens: list[tuple[str, str, int]] = []
+        self.depth = 0
         pos = 0
         while pos < len(text):
             if text[pos:].strip() == "":
@@ -366,14 +394,27 @@ class _Parser:
                 raise self.error(f"unexpected character {bad!r}", at)
             kind = m.lastgroup
             value = m.group(kind)
+            if kind == "number":
+                self.check_number(value, m.start(kind))
             self.tokens.append((kind, "^" if value == "**" else value, m.start(kind)))
             pos = m.end()
         self.i = 0
 
+    def check_number(self, value: str, position: int) -> None:
+        """Refuse number tokens too long or with too large a decimal exponent (``1e999``) before
+        ``Fraction`` expands them."""
+        parts = _NUMBER_PARTS.match(value)
+        exp = parts.group("exp") if parts else None
+        if len(value) > _MAX_NUMBER_CHARS or (exp is not None and abs(int(exp)) > _MAX_NUMBER_CHARS):
+            raise self.error(f"number {value[:_MAX_NUMBER_CHARS]!r} is too long or too large (at most "
+                             f"{_MAX_NUMBER_CHARS} characters and a decimal exponent of at most "
+                             f"{_MAX_NUMBER_CHARS})", position)
+
     def error(self, message: str, position: int | None = None) -> ValueError:
         if position is None:
             position = self.tokens[self.i][2] if self.i < len(self.tokens) else len(self.text)
-        return ValueError(f"rate claim {self.text!r}: {message} at position {position}")
+        shown = self.text if len(self.text) <= 80 else self.text[:80] + "..."  # one short line
+        return ValueError(f"rate claim {shown!r}: {message} at position {position}")
 
     def peek(self, offset: int = 0) -> tuple[str, str, int] | None:
         j = self.i + offset
@@ -489,13 +530,22 @@ class _Parser:
             self.i += 1
             exps, logs = {value: Fraction(1)}, {}
         elif value == "(":
+            if self.depth >= MAX_NESTING:
+                raise self.error(f"parentheses nested deeper than the stated limit of {MAX_NESTING}", pos)
             self.i += 1
+            self.depth += 1
             exps, logs = self.product()
             self.expect(")")
+            self.depth -= 1
         else:
             raise self.error(f"unexpected token {value!r}", pos)
         if self.accept("^"):
+            at = self.peek()
             power = self.exponent()
+            if abs(power) > MAX_ABS_EXPONENT or power.denominator > _MAX_DENOMINATOR:
+                raise self.error(f"exponent {_format_power(power)} is outside the stated limits "
+                                 f"(|exponent| <= {MAX_ABS_EXPONENT}, denominator <= {_MAX_DENOMINATOR})",
+                                 None if at is None else at[2])
             exps = {k: v * power for k, v in exps.items()}
             logs = {k: v * power for k, v in logs.items()}
         return exps, logs

@@ -31,6 +31,11 @@ resampled mean under-disperses by that factor).  Measured false-failure rates of
 these intervals are in docs/verification.md; with fewer than ~16 seeds the bootstrap is somewhat
 anti-conservative and ``method="t"`` is the safer choice.  Bootstrap CIs are conditional on the chosen
 window (the window is not re-selected per resample).
+
+Limits (checked before anything is allocated; ``ValueError`` naming ``n_boot``): ``n_boot`` is at most
+``transformer_limits.resource_limits.MAX_BOOTSTRAP_REPLICATES`` (10^6), and the resamples' working set,
+``n_boot · n_levels · n_seeds · 32`` bytes (:func:`bootstrap_memory_bytes`), must fit the stated
+memory budget ``MEMORY_BUDGET_BYTES`` (2 GiB).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import optimize, stats
 
+from transformer_limits.resource_limits import check_bootstrap, check_memory
 from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
 
 __all__ = [
@@ -154,15 +160,25 @@ class Estimate:
         return float("nan") if self.se is None else float(self.se)
 
 
-def _bca_levels(boot: np.ndarray, theta: float, jack: np.ndarray, levels: np.ndarray) -> np.ndarray:
-    """BCa-adjusted quantile levels (Efron 1987); plain levels when the correction is undefined."""
+def _bca_constants(boot: np.ndarray, theta: float, jack: np.ndarray) -> tuple[float, float] | None:
+    """Bias correction z0 and acceleration a of BCa (Efron 1987); None when z0 is undefined (the
+    bootstrap distribution lies on one side of θ)."""
     below = np.mean(boot < theta) + 0.5 * np.mean(boot == theta)
     if not 0.0 < below < 1.0:
-        return levels
-    z0 = stats.norm.ppf(below)
+        return None
     u = np.mean(jack) - jack
     denom = np.sum(u**2)
     a = 0.0 if denom <= 0 else float(np.sum(u**3) / (6.0 * denom**1.5))
+    return float(stats.norm.ppf(below)), a
+
+
+def _bca_levels(boot: np.ndarray, theta: float, jack: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """BCa-adjusted quantile levels Φ(z0 + (z0 + z)/(1 − a(z0 + z))), z = Φ⁻¹(level); plain levels
+    when the correction is undefined."""
+    constants = _bca_constants(boot, theta, jack)
+    if constants is None:
+        return levels
+    z0, a = constants
     z = stats.norm.ppf(levels)
     return stats.norm.cdf(z0 + (z0 + z) / (1.0 - a * (z0 + z)))
 
@@ -188,8 +204,9 @@ def _check_options(resample: str, aggregate: str, n_boot: int, confidence: float
         raise ValueError(f"resample must be one of {', '.join(RESAMPLING)}; got {resample!r}")
     if aggregate not in AGGREGATES:
         raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}; got {aggregate!r}")
-    if int(n_boot) != n_boot or n_boot < 0:
-        raise ValueError(f"n_boot must be a non-negative integer, got {n_boot!r}")
+    # the stated limit (transformer_limits.resource_limits.MAX_BOOTSTRAP_REPLICATES), before any
+    # allocation; the memory of the resamples is checked in _replicates once the data's size is known
+    check_bootstrap(n_boot, name="n_boot")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
 
@@ -216,8 +233,21 @@ class _Replicates:
     n_seeds: int = 1
 
 
+#: bytes per (resample, level, seed) cell of the seed bootstrap: the int64 resample indices, the
+#: gathered float64 errors and one float64 temporary of the aggregate, plus one more for the median's
+#: partition copy (measured peaks with tracemalloc: 9-25.5 bytes per cell; tests/test_rate_fit.py)
+BOOTSTRAP_BYTES_PER_SEED_CELL = 4 * 8
+
+
+def bootstrap_memory_bytes(n_boot: int, n_levels: int, n_seeds: int) -> int:
+    """Peak bytes of the seed bootstrap of ``n_boot`` resamples of an ``(n_levels, n_seeds)`` array."""
+    return int(n_boot) * int(n_levels) * int(n_seeds) * BOOTSTRAP_BYTES_PER_SEED_CELL
+
+
 def _replicates(errors: np.ndarray, n_boot: int, seed: int, resample: str, aggregate: str) -> _Replicates:
     n_levels, n_seeds = errors.shape
+    check_memory(bootstrap_memory_bytes(n_boot, n_levels, n_seeds),
+                 f"n_boot={int(n_boot)} on {n_levels} levels x {n_seeds} seeds")
     observed = np.log(_aggregate(errors, aggregate))
     if n_seeds < 2 or n_boot == 0:
         return _Replicates(observed, None, None, n_seeds)

@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
-from transformer_limits.atomic_write import staged_directory
+from transformer_limits.atomic_write import replaced_directory, staged_directory
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
 from transformer_limits.verify.sweep import canonical_json
 from transformer_limits.verify.verdicts import _jsonable
@@ -114,7 +114,9 @@ def results_payload(result: ExperimentResult, experiment: Experiment, config: Ex
         "claim": experiment.claim,
         "derivations": list(experiment.derivations),
         "profile": result.profile,
+        "status": result.status,
         "passed": result.passed,
+        "error": result.error,
         "checks": [c.to_dict() for c in result.checks],
         "fits": result.fits,
         "tables": result.tables,
@@ -204,10 +206,17 @@ def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def _status(payload: dict) -> str:
+    """``pass``, ``fail`` or ``error`` (payloads written before the crash state have no status)."""
+    return payload.get("status") or ("pass" if payload["passed"] else "fail")
+
+
 def _summary_line(payload: dict) -> str:
     n_pass = sum(c["passed"] for c in payload["checks"])
     run_s = payload["provenance"].get("timings", {}).get("run_s")
     when = f", {run_s:.1f} s" if isinstance(run_s, (int, float)) else ""
+    if _status(payload) == "error":
+        return f"ERROR — the experiment crashed: {payload.get('error')} (profile {payload['profile']}{when})"
     return (f"{'PASS' if payload['passed'] else 'FAIL'} — {n_pass}/{len(payload['checks'])} checks "
             f"passed (profile {payload['profile']}{when})")
 
@@ -265,7 +274,8 @@ table{border-collapse:collapse;margin:.6em 0;font-size:.88em}
 th,td{border:1px solid #ccc;padding:.3em .55em;text-align:left;vertical-align:top}
 th{background:#f3f3f3}tr.pass td{background:#eaf7ea}tr.fail td{background:#fbe3e3}
 .verdict{display:inline-block;padding:.2em .6em;border-radius:4px;font-weight:bold;color:#fff}
-.verdict.pass{background:#2e7d32}.verdict.fail{background:#c62828}
+.verdict.pass{background:#2e7d32}.verdict.fail{background:#c62828}.verdict.error{background:#e65100}
+tr.error td{background:#fdecd9}
 pre{background:#f7f7f7;border:1px solid #e2e2e2;padding:.6em;overflow-x:auto;font-size:.85em}
 figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{font-style:italic;font-size:.9em}
 code{background:#f3f3f3;padding:0 .2em}.small{font-size:.85em;color:#555}
@@ -290,13 +300,15 @@ def _html_page(title: str, body: list[str]) -> str:
             + "\n".join(body) + "\n</body></html>\n")
 
 
-def _verdict_badge(passed: bool, text: str) -> str:
-    return f'<span class="verdict {"pass" if passed else "fail"}">{_e(text)}</span>'
+def _verdict_badge(passed: bool | str, text: str) -> str:
+    """A coloured badge; ``passed`` is a bool or a status (``pass``/``fail``/``error``)."""
+    cls = passed if isinstance(passed, str) else ("pass" if passed else "fail")
+    return f'<span class="verdict {cls}">{_e(text)}</span>'
 
 
 def _html(payload: dict, pngs: dict[str, bytes]) -> str:
     body = [f"<h1>{_e(payload['title'])} (<code>{_e(payload['experiment'])}</code>)</h1>",
-            f"<p>{_verdict_badge(payload['passed'], _summary_line(payload))} "
+            f"<p>{_verdict_badge(_status(payload), _summary_line(payload))} "
             f"<span class=\"small\">paper {_e(payload['paper'])}</span></p>",
             "<h2>Claim</h2>", f"<p>{_e(payload['claim'])}</p>"]
     if payload["derivations"]:
@@ -335,8 +347,9 @@ def write_experiment_report(result: ExperimentResult, out_dir: str | Path, exper
                             config: ExperimentConfig) -> dict:
     """Write ``results.json``, ``report.md``, ``report.html`` and one PNG per figure into ``out_dir``.
 
-    All files are staged and moved in together; PNGs left in ``out_dir`` by an earlier report and not
-    written now are removed afterwards.  Returns the ``results.json`` payload.
+    All files are staged inside ``out_dir`` and moved in together, replacing an earlier report there as
+    a whole (its PNGs and derivation pages included; other files are kept), see
+    :func:`transformer_limits.atomic_write.replaced_directory`.  Returns the ``results.json`` payload.
     """
     payload = results_payload(result, experiment, config)
     pngs = {}
@@ -344,18 +357,41 @@ def write_experiment_report(result: ExperimentResult, out_dir: str | Path, exper
         if entry["file"] in pngs or entry["file"] in ("results.json", "report.md", "report.html"):
             raise ValueError(f"figure name {fig.name!r} is used twice in {experiment.name}")
         pngs[entry["file"]] = fig.png
-    out = Path(out_dir)
-    with staged_directory(out) as stage:
+    with replaced_directory(out_dir, owned=experiment_report_entries) as stage:
         (stage / "results.json").write_text(_dumps(payload), encoding="utf-8")
         (stage / "report.md").write_text(_markdown(payload), encoding="utf-8")
         (stage / "report.html").write_text(_html(payload, pngs), encoding="utf-8")
         for name, png in pngs.items():
             (stage / name).write_bytes(png)
         _write_derivation_pages(stage, experiment.derivations)
-    for stale in out.glob("*.png"):
-        if stale.name not in pngs:
-            stale.unlink(missing_ok=True)
     return payload
+
+
+_EXPERIMENT_FILES = ("results.json", "report.md", "report.html", "derivations")
+_INDEX_FILES = ("index.md", "index.html", "summary.json")
+
+
+def experiment_report_entries(out_dir: Path) -> list[str]:
+    """Top-level entries of an experiment report folder that an earlier report wrote (replaced as a
+    whole by the next one): its fixed files, its ``derivations/`` pages and every ``*.png``."""
+    return [*_EXPERIMENT_FILES, *(p.name for p in Path(out_dir).glob("*.png"))]
+
+
+def report_entries(out_dir: Path) -> list[str]:
+    """Top-level entries of a ``report`` folder written earlier: the index files and the experiment
+    folders its ``summary.json`` lists (only folders holding a ``results.json``: never a user's folder)."""
+    out = Path(out_dir)
+    names = list(_INDEX_FILES)
+    try:
+        old = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        listed = [e.get("name") for e in old.get("experiments", [])]
+    except (OSError, ValueError, AttributeError, TypeError):
+        listed = []
+    for name in listed:
+        if (isinstance(name, str) and name and "/" not in name and "\\" not in name and not name.startswith(".")
+                and (out / name / "results.json").is_file()):
+            names.append(name)
+    return names
 
 
 def _write_derivation_pages(stage: Path, names: Sequence[str]) -> None:
@@ -377,7 +413,8 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
     for exp, res in results:
         run_s = res.provenance.get("timings", {}).get("run_s")
         entries.append({
-            "name": exp.name, "title": exp.title, "paper": exp.paper, "passed": res.passed,
+            "name": exp.name, "title": exp.title, "paper": exp.paper, "status": res.status,
+            "passed": res.passed, "error": res.error,
             "checks_passed": sum(c.passed for c in res.checks), "checks_total": len(res.checks),
             "failed_checks": [c.name for c in res.failed_checks], "time_s": run_s,
             "report": f"{exp.name}/report.md", "html": f"{exp.name}/report.html",
@@ -386,30 +423,39 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
     env = environment()
     summary = _jsonable({
         "schema_version": RESULTS_SCHEMA_VERSION, "profile": profile,
+        "status": ("error" if any(e["status"] == "error" for e in entries)
+                   else "pass" if all(e["passed"] for e in entries) else "fail"),
         "passed": all(e["passed"] for e in entries), "n_experiments": len(entries),
         "n_passed": sum(e["passed"] for e in entries),
+        "n_errors": sum(e["status"] == "error" for e in entries),
         "total_time_s": sum(e["time_s"] or 0.0 for e in entries),
         "experiments": entries, "versions": env["versions"], "git_commit": env["git_commit"],
     })
     head = ["experiment", "paper", "verdict", "checks", "time (s)", "title"]
-    rows = [[e["name"], e["paper"], "pass" if e["passed"] else "FAIL", f"{e['checks_passed']}/{e['checks_total']}",
+    word = {"pass": "pass", "fail": "FAIL", "error": "ERROR"}
+    rows = [[e["name"], e["paper"], word[e["status"]], f"{e['checks_passed']}/{e['checks_total']}",
              "—" if e["time_s"] is None else f"{e['time_s']:.1f}", e["title"]] for e in entries]
-    verdict = f"{'PASS' if summary['passed'] else 'FAIL'} — {summary['n_passed']}/{len(entries)} experiments " \
-              f"passed (profile {profile}, {summary['total_time_s']:.1f} s)"
+    verdict = f"{summary['status'].upper()} — {summary['n_passed']}/{len(entries)} experiments " \
+              f"passed" + (f", {summary['n_errors']} crashed" if summary["n_errors"] else "") \
+              + f" (profile {profile}, {summary['total_time_s']:.1f} s)"
     md = [f"# transformer_limits verification report ({profile})", "", f"**{verdict}**", ""]
     md += _md_table(head, [[f"[{r[0]}]({r[0]}/report.md)"] + r[1:] for r in rows])
     md += ["", f"git commit `{env['git_commit'] or 'not in a git checkout'}`; versions "
            + ", ".join(f"{k} {v}" for k, v in env["versions"].items()), ""]
-    failing = [e for e in entries if not e["passed"]]
+    failing = [e for e in entries if e["status"] == "fail"]
     if failing:
         md += ["## Failed checks", ""] + [f"- {e['name']}: {', '.join(e['failed_checks'])}" for e in failing] + [""]
+    crashed = [e for e in entries if e["status"] == "error"]
+    if crashed:
+        md += ["## Crashed experiments (ERROR, not a failed check)", ""] + [
+            f"- {e['name']}: {_md_escape(e['error'])}" for e in crashed] + [""]
     table = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for e, r in zip(entries, rows):
         cells = [f'<a href="{_e(e["html"])}">{_e(r[0])}</a>'] + [_e(c) for c in r[1:]]
-        table.append(f'<tr class="{"pass" if e["passed"] else "fail"}">'
+        table.append(f'<tr class="{e["status"]}">'
                      + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     body = [f"<h1>transformer_limits verification report ({_e(profile)})</h1>",
-            f"<p>{_verdict_badge(summary['passed'], verdict)}</p>", "".join(table) + "</table>",
+            f"<p>{_verdict_badge(summary['status'], verdict)}</p>", "".join(table) + "</table>",
             f"<p class=\"small\">git commit <code>{_e(env['git_commit'] or 'not in a git checkout')}</code>; "
             + _e(", ".join(f"{k} {v}" for k, v in env["versions"].items())) + "</p>"]
     with staged_directory(out_dir) as stage:

@@ -10,7 +10,13 @@
   ``"pairs"`` resamples ``(D, R)`` points with replacement; resamples with fewer than two distinct
   widths (slope undefined) are dropped and reported via ``bootstrap_n``.  With 8 widths neither
   bootstrap is exact: both are narrower than the t-interval and cover a true slope ≈ 89% of the time
-  at nominal 95% under Gaussian log-noise (the t-interval is exact there; ``tests/test_scaling_fit.py``).
+  at nominal 95% under Gaussian log-noise (the t-interval is exact there; ``tests/test_scaling_fit.py``,
+  ``tests/test_interval_coverage.py``).
+
+Limits: ``n_bootstrap`` is at most ``transformer_limits.resource_limits.MAX_BOOTSTRAP_REPLICATES``
+(10^6) and its working set ``resource_limits.bootstrap_memory_bytes(n_bootstrap, n)`` must fit
+``MEMORY_BUDGET_BYTES`` (2 GiB); both are checked before anything is allocated (``ValueError`` naming
+``n_bootstrap``).
 
 The points file (CSV) has the header ``optimizer,stratum,metric,width,value``, one row per point.
 """
@@ -25,6 +31,8 @@ from typing import Any, Literal
 
 import numpy as np
 from scipy import stats
+
+from transformer_limits.resource_limits import check_bootstrap
 
 __all__ = ["PowerLawFit", "fit_power_law", "bootstrap_slopes", "read_points_csv", "fit_points",
            "fit_points_csv", "POINT_COLUMNS"]
@@ -94,10 +102,12 @@ def bootstrap_slopes(log_x: np.ndarray, log_y: np.ndarray, *, n_bootstrap: int, 
 
     ``B' = n_bootstrap`` for ``"residual"``; for ``"pairs"`` degenerate resamples are dropped.
     """
-    if int(n_bootstrap) != n_bootstrap or n_bootstrap < 1:
+    if isinstance(n_bootstrap, (int, float, np.integer, np.floating)) and n_bootstrap < 1:
         raise ValueError(f"n_bootstrap must be a positive integer, got {n_bootstrap!r}")
-    rng = np.random.default_rng(seed)
     n = log_x.size
+    # stated limit and memory estimate (transformer_limits.resource_limits), before any allocation
+    n_bootstrap = check_bootstrap(n_bootstrap, n, name="n_bootstrap")
+    rng = np.random.default_rng(seed)
     if method == "residual":
         slope, intercept = np.polyfit(log_x, log_y, 1)
         fitted = intercept + slope * log_x
@@ -121,6 +131,8 @@ def fit_power_law(widths: Any, values: Any, *, confidence: float = 0.95, n_boots
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     lx, ly = _log_xy(widths, values)
+    if n_bootstrap:  # refused up front (limit, memory) rather than after the OLS fit
+        check_bootstrap(n_bootstrap, lx.size, name="n_bootstrap")
     res = stats.linregress(lx, ly)
     n = lx.size
     # constant log R: linregress reports NaN; the slope 0 is then exact (R² stays undefined, NaN)

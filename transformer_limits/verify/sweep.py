@@ -33,6 +33,7 @@ import os
 import pickle
 import socket
 import sqlite3
+import struct
 import sys
 import threading
 import time
@@ -40,12 +41,15 @@ import tomllib
 import traceback
 import warnings
 from contextlib import contextmanager
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Executor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
+
+from transformer_limits.errors import EnvironmentFailure, InputError, SchedulerError, StoreError
 
 __all__ = [
     "Factor",
@@ -66,6 +70,14 @@ __all__ = [
 SECTIONS = ("grid", "zip", "fixed")
 SEED_TABLE_KEYS = frozenset({"count", "base"})
 STORE_SCHEMA_VERSION = 1
+#: largest grid :func:`load_grid` accepts (points, seed replicates included); checked before expanding
+MAX_GRID_POINTS = 1_000_000
+#: seconds a store open or write waits for another process's lock (SQLite busy timeout)
+STORE_LOCK_TIMEOUT_S = 10.0
+#: seconds to connect to a dask scheduler and receive its handshake, and to wait for its first worker
+SCHEDULER_TIMEOUT_S = 10.0
+#: times a process pool broken by a killed worker is replaced (unfinished points resubmitted)
+POOL_RESTARTS = 2
 
 
 # ------------------------------------------------------------------------------------------------
@@ -345,6 +357,8 @@ def load_grid(spec: str | os.PathLike | Mapping[str, Any] | Grid) -> Grid:
                     f"{where}: a seed axis is {{count = R, base = B}}, got keys {sorted(values)}"
                 )
             count = _check_int(f"{where}.count", values["count"], 1)
+            if count > MAX_GRID_POINTS:
+                raise InputError(f"{where}.count: {count} replicates exceed the limit of {MAX_GRID_POINTS} grid points")
             base = _check_int(f"{where}.base", values["base"], 0)
             index_name = claim(where, f"{_check_name(where, key)}_index")
             factors.append(Factor((index_name,), tuple((i,) for i in range(count)),
@@ -367,6 +381,11 @@ def load_grid(spec: str | os.PathLike | Mapping[str, Any] | Grid) -> Grid:
         factors.append(Factor(tuple(columns), rows, zip_group=str(group)))
     if not factors and not fixed:
         raise ValueError("grid: the spec defines no parameters ([grid], [zip] or [fixed])")
+    size = math.prod(len(f.rows) for f in factors)
+    if size > MAX_GRID_POINTS:
+        shape = " x ".join(f"{len(f.rows)} ({', '.join(f.names)})" for f in factors)
+        raise InputError(f"grid has {size} points ({shape}), more than the limit of {MAX_GRID_POINTS} "
+                         "(transformer_limits.verify.sweep.MAX_GRID_POINTS)")
     return Grid(factors=tuple(factors), fixed=fixed)
 
 
@@ -434,31 +453,113 @@ class PointRecord:
     attempts: int = 0
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_TABLE_COLUMNS = {
+    "sweep_points": ("experiment", "config_hash", *_COLUMNS),
+    "sweep_configs": ("experiment", "config_hash", "config", "function", "created_at"),
+}
+
+
+def _store_problem(path: Path, exc: BaseException, timeout: float) -> str:
+    """One line saying what is wrong with the store at ``path`` given SQLite's/the OS's error."""
+    text = str(exc)
+    low = text.lower()
+    if "locked" in low or "busy" in low:
+        return (f"store {str(path)!r} is locked by another process (waited {timeout:g} s, "
+                "the SQLite busy timeout); stop the other run or use another --store")
+    if "full" in low or getattr(exc, "errno", None) == 28:
+        return f"store {str(path)!r}: the file system is full ({text})"
+    if "readonly" in low or "read-only" in low or "unable to open" in low or "permission" in low:
+        return f"store {str(path)!r} is not writable ({text})"
+    if "malformed" in low or "not a database" in low or "corrupt" in low or "encrypted" in low:
+        return f"store {str(path)!r} is corrupted ({text}); delete it to start over"
+    return f"store {str(path)!r}: {text}"
+
+
 class SweepStore:
     """SQLite results store (WAL mode); one row per (experiment, config hash, point key).
 
     Every write is its own transaction, so a killed process leaves only whole rows. Only the
     process that owns the sweep writes; workers return JSON text to it. Usable as a context manager.
+
+    Opening validates the file (:class:`transformer_limits.errors.StoreError`, a ``ValueError``,
+    naming the store, for each problem): a regular file with the SQLite header, ``PRAGMA
+    quick_check`` clean, schema version and columns this code writes (or an empty database),
+    writable, and not locked by another process for more than ``timeout`` seconds (default
+    :data:`STORE_LOCK_TIMEOUT_S`).  A store file this call created is removed again when opening
+    fails (no 0-byte leftovers on a full or read-only file system).  A write that fails mid-run
+    (disk full, file made read-only) raises :class:`transformer_limits.errors.EnvironmentFailure`.
     """
 
-    def __init__(self, path: str | os.PathLike, *, timeout: float = 30.0):
+    def __init__(self, path: str | os.PathLike, *, timeout: float | None = None):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        self.timeout = STORE_LOCK_TIMEOUT_S if timeout is None else float(timeout)
+        if str(path) == "":
+            raise StoreError("store path must not be empty")
+        if self.path.is_dir():
+            raise StoreError(f"store {str(self.path)!r} is a directory; give a .sqlite file path")
+        existed = self.path.exists()
+        if existed and not self.path.is_file():
+            raise StoreError(f"store {str(self.path)!r} is not a regular file")
+        self._conn = None
+        try:
+            if existed:
+                with self.path.open("rb") as fh:
+                    header = fh.read(len(_SQLITE_MAGIC))
+                if header and header != _SQLITE_MAGIC:
+                    raise StoreError(f"store {str(self.path)!r} is not a SQLite database (wrong file header)")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None)
+            self._open()
+        except StoreError:
+            self._abandon(existed)
+            raise
+        except (sqlite3.Error, OSError) as exc:
+            self._abandon(existed)
+            raise StoreError(_store_problem(self.path, exc, self.timeout)) from None
+
+    def _open(self) -> None:
+        conn = self._conn
+        check = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
+        if check != ["ok"]:
+            raise StoreError(f"store {str(self.path)!r} is corrupted (quick_check: {'; '.join(map(str, check[:3]))}); "
+                             "delete it to start over")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version not in (0, STORE_SCHEMA_VERSION):
-            self._conn.close()
-            raise ValueError(
+            raise StoreError(
                 f"store {str(self.path)!r} has schema version {version}, "
                 f"this code reads version {STORE_SCHEMA_VERSION}"
             )
-        with self.transaction():
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        ours = tables & set(_TABLE_COLUMNS)
+        if tables and not ours:
+            raise StoreError(f"store {str(self.path)!r} is a SQLite database of another program "
+                             f"(tables {', '.join(sorted(tables)[:5])}), not a sweep store")
+        for table in sorted(ours):
+            columns = tuple(r[1] for r in conn.execute(f"PRAGMA table_info({table})"))
+            if columns != _TABLE_COLUMNS[table]:
+                raise StoreError(f"store {str(self.path)!r} has a table {table} with columns {list(columns)}, "
+                                 f"not the sweep-store schema version {STORE_SCHEMA_VERSION}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        with self.transaction():  # also proves the file is writable and not locked
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
-                    self._conn.execute(statement)
-            self._conn.execute(f"PRAGMA user_version = {STORE_SCHEMA_VERSION}")
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {STORE_SCHEMA_VERSION}")
+
+    def _abandon(self, existed: bool) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+        if not existed:  # never leave a 0-byte or half-initialised store behind
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                try:
+                    os.unlink(f"{self.path}{suffix}")
+                except OSError:
+                    pass
 
     # -- plumbing ---------------------------------------------------------------------------------
     @contextmanager
@@ -468,9 +569,15 @@ class SweepStore:
         try:
             yield self._conn
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite already rolled back (e.g. after SQLITE_FULL); keep the first error
             raise
         self._conn.execute("COMMIT")
+
+    def _fail_write(self, exc: BaseException) -> EnvironmentFailure:
+        return EnvironmentFailure(f"could not write to sweep {_store_problem(self.path, exc, self.timeout)}")
 
     def close(self) -> None:
         self._conn.close()
@@ -486,15 +593,24 @@ class SweepStore:
                         function: str = "") -> str:
         """Record ``config`` under its hash (first registration wins); return the hash."""
         chash = config_hash(config)
-        with self.transaction() as conn:
-            conn.execute(
-                "INSERT OR IGNORE INTO sweep_configs VALUES (?, ?, ?, ?, ?)",
-                (experiment, chash, canonical_json(dict(config or {})), function, time.time()),
-            )
+        try:
+            with self.transaction() as conn:
+                conn.execute(
+                    "INSERT OR IGNORE INTO sweep_configs VALUES (?, ?, ?, ?, ?)",
+                    (experiment, chash, canonical_json(dict(config or {})), function, time.time()),
+                )
+        except (sqlite3.Error, OSError) as exc:
+            raise self._fail_write(exc) from None
         return chash
 
     def write(self, experiment: str, chash: str, point: GridPoint, outcome: _Outcome) -> None:
         """Insert or replace one point's outcome atomically (``attempts`` counts the writes)."""
+        try:
+            self._write(experiment, chash, point, outcome)
+        except (sqlite3.Error, OSError) as exc:
+            raise self._fail_write(exc) from None
+
+    def _write(self, experiment: str, chash: str, point: GridPoint, outcome: _Outcome) -> None:
         with self.transaction() as conn:
             conn.execute(
                 """INSERT INTO sweep_points VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
@@ -528,8 +644,15 @@ class SweepStore:
         out = {}
         for values in cur.fetchall():
             row = dict(zip(_COLUMNS, values))
-            row["params"] = json.loads(row["params"])
-            row["result"] = None if row["result"] is None else json.loads(row["result"])
+            try:
+                row["params"] = json.loads(row["params"])
+                row["result"] = None if row["result"] is None else json.loads(row["result"])
+            except (TypeError, ValueError) as exc:
+                raise StoreError(f"store {str(self.path)!r}: the row of point {row['point_key']} in {experiment!r} "
+                                 f"does not decode ({exc}); delete that row or the store to recompute it") from None
+            if not isinstance(row["params"], dict) or (row["status"] == "ok" and not isinstance(row["result"], dict)):
+                raise StoreError(f"store {str(self.path)!r}: the row of point {row['point_key']} in {experiment!r} "
+                                 "is not a JSON object; delete that row or the store to recompute it")
             out[row["point_key"]] = row
         return out
 
@@ -557,12 +680,20 @@ class SweepStore:
             if row is None:
                 out.append(PointRecord(index=p.index, key=p.key, params=p.params, status="pending"))
                 continue
+            if canonical_json(row["params"]) != canonical_json(p.params):
+                raise StoreError(f"store {str(self.path)!r}: the stored parameters of point {p.key} in "
+                                 f"{experiment!r} were modified; delete that row or the store to recompute it")
             out.append(PointRecord(
                 index=p.index, key=p.key, params=row["params"], status=row["status"],
                 result=row["result"], error=row["error"], elapsed_s=row["elapsed_s"],
                 started_at=row["started_at"], finished_at=row["finished_at"],
                 worker=row["worker"], attempts=row["attempts"],
             ))
+        ok = [r for r in out if r.status == "ok"]
+        empty = [r for r in ok if not r.result]
+        if empty and len(empty) < len(ok):  # an empty result beside full ones was edited or truncated
+            raise StoreError(f"store {str(self.path)!r}: the result of point {empty[0].key} in {experiment!r} "
+                             "is empty while other points have results; delete that row or the store to recompute it")
         return out
 
 
@@ -633,9 +764,13 @@ class SweepResult:
             groups.setdefault(key[0] if isinstance(by, str) else key, []).append(v)
         return {k: np.asarray(v) for k, v in groups.items()}
 
-    @staticmethod
-    def _values(rows: list[dict[str, Any]], name: str) -> list[Any]:
+    def _values(self, rows: list[dict[str, Any]], name: str) -> list[Any]:
         missing = sum(name not in r for r in rows)
+        if missing and missing < len(rows):
+            # the function returns the same keys for every point: a row without them was edited
+            raise StoreError(f"column {name!r} is missing from {missing} of {len(rows)} rows of sweep "
+                             f"{self.experiment!r} in store {str(self.store_path)!r} (a tampered row?); "
+                             "delete those rows or the store to recompute them")
         if missing:
             raise ValueError(f"column {name!r} is missing from {missing} of {len(rows)} rows")
         return [r[name] for r in rows]
@@ -656,6 +791,53 @@ def _limit_numba_threads(threads: int) -> None:
     import numba
 
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+
+
+# Linux has prctl(PR_SET_PDEATHSIG); elsewhere (or with this off, as a test does) a watchdog thread
+_USE_PRCTL = sys.platform.startswith("linux")
+
+
+def _exit_with_parent(expected_parent: int | None = None) -> None:
+    """Make this worker die when the process that started it dies (even by SIGKILL).
+
+    Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``; elsewhere (or if prctl fails) a daemon thread
+    polls the parent pid once a second.  Without this a SIGKILLed parent leaves its pool workers
+    blocked forever on the task queue (each holds the queue's write end, so none sees EOF).
+    """
+    import signal
+
+    parent = os.getppid()
+    if expected_parent is not None and parent != expected_parent:  # it died before we got here
+        os._exit(1)
+    armed = False
+    if _USE_PRCTL:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+    if not armed:
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="tl-parent-watchdog", daemon=True).start()
+
+
+def _init_worker(threads: int, parent: int | None = None) -> None:
+    """Pool initializer: signals (the parent handles SIGINT/SIGTERM and stops the workers; a fork
+    inherits its Python handlers), die with the parent, and the Numba thread share."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent(parent)
+    _limit_numba_threads(threads)
 
 
 def _execute_point(fn: Callable[[dict[str, Any]], Mapping[str, Any]],
@@ -714,16 +896,124 @@ def _check_scheduler(scheduler: Any) -> None:
         ) from None
 
 
+_SCHEMES = ("tcp", "tls", "inproc", "ucx", "ws", "wss")
+
+
+def _parse_tcp_address(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``tcp://`` (or scheme-less) address; None for other schemes;
+    :class:`SchedulerError` when it is not an address at all."""
+    text = address.strip()
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "tcp", text
+    if scheme not in _SCHEMES:
+        raise SchedulerError(f"scheduler address {address!r} has an unknown scheme {scheme!r} "
+                             f"(expected one of {', '.join(_SCHEMES)}, e.g. tcp://host:8786)")
+    if scheme != "tcp":
+        return None
+    host, colon, port = rest.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in rest:
+        raise SchedulerError(f"scheduler address {address!r} is not an address such as tcp://host:8786")
+    return host, int(port)
+
+
+def _recv_exactly(sock: socket.socket, n: int, deadline: float) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        sock.settimeout(left)
+        chunk = sock.recv(min(n - got, 65536))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def check_scheduler_address(address: str, timeout: float | None = None) -> None:
+    """Check that ``address`` is a dask scheduler, in at most about ``timeout`` seconds.
+
+    For ``tcp://host:port``: connect, then read the handshake a dask comm sends on accepting a
+    connection (an 8-byte little-endian length, then frames: a frame count, their lengths, and a
+    msgpack dict with ``python`` and ``compression`` keys), with every length bounded before
+    anything is allocated.  An HTTP server (which says nothing first), a peer that sends garbage, a
+    closed port and a malformed address each raise :class:`transformer_limits.errors.SchedulerError`
+    (a ``ValueError``) naming the address.  Other schemes (``tls``, ``inproc``, ...) are only
+    parsed; their connection is bounded by ``distributed.Client(timeout=...)``.
+    """
+    timeout = SCHEDULER_TIMEOUT_S if timeout is None else float(timeout)
+    if not isinstance(address, str) or not address.strip():
+        raise SchedulerError("scheduler needs an address such as tcp://host:8786")
+    target = _parse_tcp_address(address)
+    if target is None:
+        return
+    deadline = time.monotonic() + timeout
+    try:
+        sock = socket.create_connection(target, timeout=timeout)
+    except (TimeoutError, socket.timeout):
+        raise SchedulerError(f"scheduler {address!r} did not accept a connection within {timeout:g} s") from None
+    except OSError as exc:
+        raise SchedulerError(f"cannot connect to scheduler {address!r}: {exc.strerror or exc}") from None
+    not_dask = f"{address!r} is not a dask scheduler (its first message is not a dask handshake)"
+    try:
+        with sock:
+            (total,) = struct.unpack("<Q", _recv_exactly(sock, 8, deadline))
+            if not 16 <= total <= 1 << 16:
+                raise SchedulerError(not_dask)
+            body = _recv_exactly(sock, total, deadline)
+    except (TimeoutError, socket.timeout):
+        raise SchedulerError(f"{address!r} accepted the connection but sent no dask handshake within "
+                             f"{timeout:g} s (is it a dask scheduler?)") from None
+    except OSError as exc:
+        raise SchedulerError(f"{address!r} closed the connection during the dask handshake ({exc})") from None
+    (n_frames,) = struct.unpack_from("<Q", body)
+    if not 1 <= n_frames <= 64 or 8 + 8 * n_frames > total:
+        raise SchedulerError(not_dask)
+    lengths = struct.unpack_from(f"<{n_frames}Q", body, 8)
+    if 8 + 8 * n_frames + sum(lengths) != total:
+        raise SchedulerError(not_dask)
+    import msgpack
+
+    offset = 8 + 8 * n_frames
+    for length in lengths:
+        try:
+            value = msgpack.unpackb(body[offset:offset + length])
+        except Exception:  # noqa: BLE001 - any decoding failure means "not dask"
+            value = None
+        if isinstance(value, dict) and "python" in value and "compression" in value:
+            return
+        offset += length
+    raise SchedulerError(not_dask)
+
+
 class _DaskExecutor:
-    """``distributed.Client.get_executor`` with ``shutdown(cancel_futures=...)`` semantics."""
+    """``distributed.Client.get_executor`` with ``shutdown(cancel_futures=...)`` semantics.
+
+    An address is checked first (:func:`check_scheduler_address`), the client connects with
+    ``timeout=SCHEDULER_TIMEOUT_S`` and then waits as long for at least one worker."""
 
     def __init__(self, scheduler: Any):
         import distributed
 
         if isinstance(scheduler, str):
-            self._client, self._own = distributed.Client(scheduler), True
+            check_scheduler_address(scheduler)
+            try:
+                client = distributed.Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
+            except (OSError, TimeoutError) as exc:
+                raise SchedulerError(f"cannot connect to scheduler {scheduler!r}: {exc}") from None
+            self._client, self._own = client, True
         else:
             self._client, self._own = scheduler, False
+        try:
+            self._client.wait_for_workers(1, timeout=SCHEDULER_TIMEOUT_S)
+        except (OSError, TimeoutError):
+            if self._own:
+                self._client.close()
+            raise SchedulerError(f"scheduler {getattr(self._client, 'scheduler', scheduler)!s} has no worker "
+                                 f"(none joined within {SCHEDULER_TIMEOUT_S:g} s)") from None
         self._executor = self._client.get_executor(pure=False)
         self.capacity = 2 * max(1, sum(self._client.nthreads().values()))
 
@@ -749,8 +1039,28 @@ def _make_executor(workers: int, scheduler: Any, mp_context: Any) -> tuple[Any, 
         # forking a process whose OpenMP/TBB pool is running is fatal (GNU OpenMP aborts the child)
         mp_context = multiprocessing.get_context("forkserver")
     threads = max(1, (os.cpu_count() or 1) // workers)
-    return ProcessPoolExecutor(max_workers=workers, mp_context=mp_context, initializer=_limit_numba_threads,
-                               initargs=(threads,)), 2 * workers
+    method = (mp_context or multiprocessing.get_context()).get_start_method()
+    parent = os.getpid() if method == "fork" else None  # forkserver/spawn workers have another parent
+    return ProcessPoolExecutor(max_workers=workers, mp_context=mp_context, initializer=_init_worker,
+                               initargs=(threads, parent)), 2 * workers
+
+
+def _stop_workers(executor: Any) -> None:
+    """Terminate a process pool's workers now (an interrupt must not wait for running points)."""
+    processes = dict(getattr(executor, "_processes", None) or {})
+    for proc in processes.values():
+        try:
+            proc.terminate()
+        except (OSError, AttributeError):
+            pass
+    for proc in processes.values():
+        try:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+        except (OSError, AttributeError, ValueError, AssertionError):
+            pass
 
 
 def _check_picklable(fn: Callable) -> None:
@@ -879,46 +1189,76 @@ def load_sweep(
 def _drive(fn, todo: list[GridPoint], store: SweepStore, experiment: str, chash: str,
            workers: int, scheduler: Any, progress: bool, on_error: str, mp_context: Any,
            total: int) -> int:
-    """Submit ``todo`` with a bounded number in flight; store each outcome as it arrives."""
+    """Submit ``todo`` with a bounded number in flight; store each outcome as it arrives.
+
+    A process pool broken by a killed worker (``BrokenProcessPool``) is replaced and its unfinished
+    points resubmitted, at most :data:`POOL_RESTARTS` times, then
+    :class:`transformer_limits.errors.EnvironmentFailure`; such points are never stored as errors.
+    On an interrupt (``KeyboardInterrupt``, which the CLI also raises for SIGTERM) the workers are
+    terminated at once.
+    """
     if not todo:
         return 0
     from tqdm import tqdm
 
     executor, capacity = _make_executor(workers, scheduler, mp_context)
-    queue: Iterator[GridPoint] = iter(todo)
+    queue: deque[GridPoint] = deque(todo)
     pending: dict[Future, GridPoint] = {}
-    n_run = n_failed = 0
+    n_run = n_failed = restarts = 0
     stop = clean = False
     bar = None
     try:
-        def refill() -> None:
-            while not stop and len(pending) < capacity:
-                point = next(queue, None)
-                if point is None:
-                    return
-                pending[executor.submit(_execute_point, fn, point.params)] = point
+        def refill() -> bool:
+            """Submit up to capacity; False when the pool is broken."""
+            while not stop and len(pending) < capacity and queue:
+                point = queue.popleft()
+                try:
+                    pending[executor.submit(_execute_point, fn, point.params)] = point
+                except BrokenExecutor:
+                    queue.appendleft(point)
+                    return False
+            return True
 
-        refill()  # a fork-started pool forks here, before tqdm starts its monitor thread
+        healthy = refill()  # a fork-started pool forks here, before tqdm starts its monitor thread
         bar = tqdm(total=total, initial=total - len(todo), desc=experiment, unit="pt",
                    file=sys.stderr, disable=not progress, dynamic_ncols=True,
                    leave=None)  # None: kept at top level, cleared when nested under report's bar
-        while pending:
-            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-            for future in done:
-                point = pending.pop(future)
-                outcome = _future_outcome(future)
-                store.write(experiment, chash, point, outcome)
-                n_run += 1
-                bar.update(1)
-                if outcome.status == "error":
-                    n_failed += 1
-                    bar.set_postfix(errors=n_failed)
-                    stop = stop or on_error == "raise"
-            refill()
+        while pending or not healthy:
+            lost: list[GridPoint] = []
+            if pending:
+                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                for future in done:
+                    point = pending.pop(future)
+                    if isinstance(future.exception(), BrokenExecutor):
+                        lost.append(point)  # the pool died under it: not the point's fault
+                        continue
+                    outcome = _future_outcome(future)
+                    store.write(experiment, chash, point, outcome)
+                    n_run += 1
+                    bar.update(1)
+                    if outcome.status == "error":
+                        n_failed += 1
+                        bar.set_postfix(errors=n_failed)
+                        stop = stop or on_error == "raise"
+            if lost or not healthy:
+                # every other in-flight point of a broken pool fails the same way: requeue them all
+                lost += list(pending.values())
+                pending.clear()
+                queue.extendleft(reversed(lost))
+                restarts += 1
+                _stop_workers(executor)
+                executor.shutdown(wait=True, cancel_futures=True)
+                if restarts > POOL_RESTARTS:
+                    raise EnvironmentFailure(
+                        f"sweep {experiment!r}: the worker pool broke {restarts} times (a worker was killed, "
+                        f"e.g. by the OOM killer); {len(queue)} points unfinished, rerun with the same --store to resume")
+                executor, capacity = _make_executor(workers, scheduler, mp_context)
+            healthy = refill()
         clean = True
     finally:
         if bar is not None:
             bar.close()
+        if not clean:
+            _stop_workers(executor)
         executor.shutdown(wait=True, cancel_futures=not clean)
     return n_run
-

@@ -34,7 +34,7 @@ import numpy as np
 from scipy import stats
 
 from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
-from transformer_limits.verify.rate_fit import MultiTermFit, PowerLawFit
+from transformer_limits.verify.rate_fit import MultiTermFit, PowerLawFit, _bca_constants
 
 __all__ = [
     "Check",
@@ -135,7 +135,18 @@ def _base_statistics(fit: Any, alpha: float, sides: str, method: str, estimate: 
 
 
 def _one_sided_p_value(estimate: Any, null_value: float, method: str) -> float:
-    """Approximate p-value of H0: θ ≤ null_value (large θ̂ is evidence against it)."""
+    """Approximate p-value of H0: θ ≤ null_value (large θ̂ is evidence against it), for the same test
+    the bound of ``method`` decides: ``"t"`` the t tail, ``"percentile"`` the bootstrap fraction
+    ``F*(null) = P*(θ* ≤ null)``, ``"bca"`` the level whose BCa-adjusted quantile is F*(null),
+    ``"conservative"`` the larger of the two that exist (the union
+    interval rejects only when both do, so p < α exactly when the check fails, up to bootstrap ties)."""
+    if method == "conservative":
+        has_t = estimate.se is not None and estimate.dof is not None and estimate.dof >= 1
+        has_boot = estimate.bootstrap is not None and estimate.bootstrap.size >= 2
+        values = ([_one_sided_p_value(estimate, null_value, "t")] if has_t else []) + \
+                 ([_one_sided_p_value(estimate, null_value, "percentile")] if has_boot else [])
+        values = [v for v in values if not math.isnan(v)]
+        return max(values) if values else float("nan")
     if method == "t":
         if estimate.se is None or not estimate.dof or estimate.se == 0:
             return float("nan")
@@ -143,7 +154,19 @@ def _one_sided_p_value(estimate: Any, null_value: float, method: str) -> float:
         null = math.log(null_value) if estimate.log_scale else null_value
         return float(stats.t.sf((center - null) / estimate.se, estimate.dof))
     boot = estimate.bootstrap
-    return float("nan") if boot is None else float(np.mean(boot <= null_value))
+    if boot is None:
+        return float("nan")
+    boot = boot[np.isfinite(boot)]
+    fraction = float(np.mean(boot <= null_value))
+    constants = None if method != "bca" or estimate.jackknife is None else \
+        _bca_constants(boot, estimate.value, estimate.jackknife)
+    if constants is None or not 0.0 < fraction < 1.0:
+        return fraction
+    # BCa: the lower bound at level p is the bootstrap quantile at Φ(z0 + (z0 + z_p)/(1 − a(z0 + z_p)));
+    # it equals the null where that level is F*(null), so invert the map for z_p.
+    z0, a = constants
+    w = float(stats.norm.ppf(fraction)) - z0
+    return float(stats.norm.cdf(w / (1.0 + a * w) - z0))
 
 
 def _claim_exponent(fit: PowerLawFit, claimed: float | str | RateClaim) -> tuple[float, str]:

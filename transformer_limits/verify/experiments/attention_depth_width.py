@@ -10,8 +10,10 @@ error is ``sup_{X0 in B_R^N} |A(X0)^1 - B(X0)^1|``: unmasked attention is permut
 the worst token can be taken to be token 1 and ``sup_X0 max_i |A^i - B^i| = sup_X0 |A^1 - B^1|``.  The
 sup is estimated by projected Adam *ascent* on all N tokens (gradients from the models' adjoints:
 :meth:`AttentionTransformer.backward` and :meth:`MeanFieldLimit.adjoint`), ``restarts`` random starts
-(uniform ball, sphere), projection onto the ball after every step; the reported value is the largest
-error evaluated (every evaluated input is a lower bound of the sup) and the worst input is kept.
+(uniform ball, sphere), projection onto the ball after every step
+(:func:`~transformer_limits.verify.input_search.sup_error`, the project's AdamW with λ = 0); the reported
+value is the largest error evaluated (every evaluated input is a lower bound of the sup) and the worst
+input is kept.
 
 **Errors** (ν a finite-atom law of heads, :class:`HeadLaw`; one law, head draw and set of restarts per
 seed):
@@ -70,6 +72,7 @@ from transformer_limits.verify.experiment import (
     register_experiment,
     run_points,
 )
+from transformer_limits.verify.input_search import InputMap, is_worse, sup_error
 from transformer_limits.verify.sweep import canonical_json
 from transformer_limits.verify.rate_fit import PowerLawFit, fit_power_law, fit_rate_claim
 from transformer_limits.verify.rate_plots import RateSeries, grid_heatmap, rate_figure
@@ -127,13 +130,6 @@ class FlippedLionsTransformer(AttentionTransformer):
         return AdjointPass(p, grads)
 
 
-@dataclass
-class InputMap:
-    """X0 (N, d) -> (output (N, d), vjp: r (N, d) -> r^T d output / d X0 (N, d))."""
-
-    evaluate: Callable[[np.ndarray], tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]]
-
-
 def discrete_map(model: AttentionTransformer, params: dict[str, np.ndarray], head_weights: Any = None) -> InputMap:
     def evaluate(X0: np.ndarray):
         fwd = model.forward(X0, params, head_weights)
@@ -148,50 +144,6 @@ def limit_map(mf: MeanFieldLimit, law: HeadLaw, steps: int) -> InputMap:
         N = X0.shape[0]
         return res.final, lambda r: mf.adjoint(res.final, N * r, law, steps)[1] / N
     return InputMap(evaluate)
-
-
-def _project(X: np.ndarray, radius: float) -> np.ndarray:
-    norms = np.linalg.norm(X, axis=1, keepdims=True)
-    return X * np.minimum(1.0, radius / np.maximum(norms, 1e-300))
-
-
-def is_worse(error: float, best: float | None) -> bool:
-    """Whether ``error`` replaces ``best`` as the worst case: larger, or NaN (a model that blew up is the
-    worst case and sticks, so the verdict sees it); ``best`` None means nothing seen yet."""
-    return best is None or (not np.isnan(best) and (error > best or np.isnan(error)))
-
-
-def sup_error(A: InputMap, B: InputMap, N: int, d: int, *, radius: float, rng: np.random.Generator,
-              restarts: int, iterations: int, lr: float) -> tuple[float, np.ndarray]:
-    """(estimated sup_{X0 in B_R^N} |A(X0)^1 − B(X0)^1|, the worst X0 found).
-
-    Projected Adam ascent of f = ½|A^1 − B^1|² over all N tokens (Adam's per-coordinate scaling moves
-    token 1 and the O(1/N)-gradient context tokens alike), step lr·R/sqrt(1 + k/4); odd restarts start
-    on the sphere, even ones uniformly in the ball.
-    """
-    best, best_X = -np.inf, None
-    for start in range(restarts):
-        X = sample_tokens(N, d, domain="sphere" if start % 2 else "ball", radius=radius,
-                          seed=int(rng.integers(2**32)))
-        m = np.zeros_like(X)
-        v = np.zeros_like(X)
-        for k in range(iterations + 1):
-            a, vjp_a = A.evaluate(X)
-            b, vjp_b = B.evaluate(X)
-            diff = a[0] - b[0]
-            val = float(np.linalg.norm(diff))
-            if is_worse(val, None if best_X is None else best):
-                best, best_X = val, X.copy()
-            if k == iterations:
-                break
-            r = np.zeros_like(a)
-            r[0] = diff
-            g = vjp_a(r) - vjp_b(r)
-            m = 0.9 * m + 0.1 * g
-            v = 0.99 * v + 0.01 * g * g
-            step = (m / (1 - 0.9 ** (k + 1))) / (np.sqrt(v / (1 - 0.99 ** (k + 1))) + 1e-12)
-            X = _project(X + lr * radius / np.sqrt(1.0 + k / 4.0) * step, radius)
-    return best, best_X
 
 
 # ------------------------------------------------------------------------------------------------

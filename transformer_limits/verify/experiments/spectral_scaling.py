@@ -208,7 +208,9 @@ def _train_one(task: tuple[str, int, int, Grid]) -> dict[str, Any]:
         eval_sequences=grid.eval_sequences, seed=seed, alphas=RENYI_ALPHAS)
     res = train_toy_gpt(cfg)
     ranks = {(s, a): res.layer_median("post", s, a) for s in STRATA_ALL for a in RENYI_ALPHAS}
-    return dict(optimizer=name, k=k, width=cfg.model.ffn_width, seed=seed, ranks=ranks,
+    settings = dict(lr=cfg.optimizer.lr, lion_lr=cfg.optimizer.lion_lr, ns_eps=cfg.optimizer.ns_eps,
+                    init="authors' normal (Linear fan_in^-1/2·min(1, sqrt(fan_out/fan_in)), embedding 1)")
+    return dict(optimizer=name, k=k, width=cfg.model.ffn_width, seed=seed, ranks=ranks, settings=settings,
                 summary=res.summary(), loss_history=res.loss_history, strata_types=res.strata_types,
                 strata_share=res.strata_share, tokens_per_stratum=res.tokens_per_stratum)
 
@@ -399,6 +401,7 @@ def run_grid(grid: Grid, config: ExperimentConfig) -> ExperimentResult:
                             f"{1 - c.statistics['per_pair_level']:.3g}) — {verdict}.")
     result.provenance = dict(grid=dict(grid.__dict__), optimizers=list(OPTIMIZERS), base_seed=config.seed,
                              processes=processes, torch_threads_per_process=1, torch_version=_torch_version(),
+                             optimizer_settings={LABELS[r["optimizer"]]: r["settings"] for r in runs},
                              train_seconds=train_seconds, total_seconds=time.perf_counter() - start,
                              run_seconds=[r["summary"]["seconds"] for r in runs],
                              strata_types=runs[0]["strata_types"], strata_share=runs[0]["strata_share"],

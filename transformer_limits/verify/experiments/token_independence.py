@@ -6,18 +6,35 @@ Claim (THEORY.md §1.1): the bounds are uniform over compact sets of initial con
 the N-token input set would allow growth like sqrt(log N).
 
 **Error.**  At fixed (L, H): ``e(N) = sup_{X0 in B_R^N} |x_L^iid,H(X0)^1 − X_1(X0)^1|`` (H i.i.d. heads
-per layer from a finite-atom law ν vs the RK4 MV-ODE limit), the sup estimated by projected Adam ascent
-with restarts (:func:`~transformer_limits.verify.experiments.attention_depth_width.sup_error`).  Seed j
-fixes the law ν and the head draw for *every* N (the levels are coupled; the bootstrap resamples the
-same seeds at every level, ``resample="paired"``); only the inputs change with N.
+per layer from a finite-atom law ν vs the RK4 MV-ODE limit).  Seed j fixes the law ν and the head draw
+for *every* N (the levels are coupled; the bootstrap resamples the same seeds at every level,
+``resample="paired"``); only the inputs change with N.
+
+**Estimate, monotone in N.**  Both models see the tokens only through their empirical measure (and
+token 1's position), so repeating every token of an n-token input m times leaves the token-1 error
+unchanged, and the true sup is non-decreasing along the ladder N_levels (each level a multiple of the
+one before).  The estimate keeps that property per seed:
+:func:`~transformer_limits.verify.input_search.sup_error_ladder` runs projected Adam ascent with
+``restarts`` random starts at N_min, and at every later level starts from the previous level's worst
+input with every token repeated (evaluated first, so ê(N) ≥ ê(N/m) up to round-off), jittered, in
+place of the first of the ``restarts`` random starts (the others stay).  Along its chain of warm
+starts the worst input at N has had up to ``iterations · (1 + i)`` Adam steps per coordinate
+(i = level index): the per-coordinate budget grows with log N, where independent ascents per N had a fixed budget for N·d coordinates, so a sup growing with N
+could look flat.  One sweep point is one seed's whole ladder (the levels of a seed depend on each
+other; the seeds do not), so ``--workers`` splits the seeds and the results do not depend on it.
 
 **Check** ``slope_in_log_N``: fit ``log ē(N) = a + b log(log N)`` (``fit_power_law`` with the level
 parameter p = log N) and test b = 0 with :func:`~transformer_limits.verify.verdicts.slope_zero`
 (two-sided, α = 0.01, conservative CI, tolerance 0.2 declared).  The covering alternative
 ``e ∝ sqrt(log N)`` is b = 1/2, so the test separates "bounded" from "covering growth".  The figure
-plots ē against log N with the sqrt(log N) slope drawn dashed.  Note that the true sup is
-non-decreasing in N along N -> 2N (duplicating every token keeps the empirical measure), so a bounded
-error must level off; the tolerance allows the small pre-asymptotic rise at N = 4.
+plots ē against log N with the sqrt(log N) slope drawn dashed.  A bounded error levels off from
+below; the tolerance allows the pre-asymptotic rise of the sup between N = 4 and N ≈ 16.
+
+**Wrong models** (tests): ``counting_head`` c adds an un-normalised counting head to the discrete
+model (:func:`~transformer_limits.verify.wrong_models.counting_head_map`): its error is the right
+model's at typical inputs (a constant shift) and grows like c·log N only where tokens cluster on
+token 1, which the warm starts reach (a repeated input is a clustered one); the check must reject it.
+``log_n_term`` adds a synthetic log N term to the measured errors (a check of the statistics alone).
 """
 
 from __future__ import annotations
@@ -36,71 +53,100 @@ from transformer_limits.verify.experiment import (
 )
 from transformer_limits.verify.experiments.attention_depth_width import SETTINGS as DEPTH_SETTINGS
 from transformer_limits.verify.experiments.attention_depth_width import WorstInputs, models_for
+from transformer_limits.verify.input_search import check_ladder, sup_error_ladder
 from transformer_limits.verify.rate_fit import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
 from transformer_limits.verify.verdicts import slope_zero
+from transformer_limits.verify.wrong_models import counting_head_map
 
-__all__ = ["SETTINGS", "token_error", "token_errors", "evaluate_point", "token_errors_sweep", "run"]
+__all__ = ["SETTINGS", "COUNTING_WIDTH", "token_ladder", "token_errors", "evaluate_point", "token_errors_sweep",
+           "run"]
 
 ALPHA = 0.01
 TOLERANCE = 0.2
+#: kernel width δ / R of the deliberately wrong counting head (~0 at random inputs; wrong_models.py)
+COUNTING_WIDTH = 0.01
+
+Sup = tuple[float, np.ndarray]  # (sup error estimate, worst input X0 (N, d))
 
 _BASE = {k: DEPTH_SETTINGS["quick"][k] for k in ("d", "d_k", "d_v", "radius", "n_nodes", "atoms", "gain")}
 SETTINGS: dict[str, dict[str, Any]] = {
     "quick": dict(_BASE, L=4, H=4, limit_steps=4, N_levels=(4, 8, 16, 32, 64, 128, 256), seeds=8,
-                  restarts=2, iterations=8, ascent_lr=0.15, backend="numba"),
+                  restarts=2, bottom_restarts=8, iterations=8, ascent_lr=0.15, jitter=0.1,
+                  backend="numba"),
     "full": dict(_BASE, L=8, H=4, limit_steps=8, N_levels=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
-                 seeds=16, restarts=3, iterations=15, ascent_lr=0.1, backend="numba"),
+                 seeds=16, restarts=3, bottom_restarts=24, iterations=15, ascent_lr=0.1, jitter=0.1,
+                 backend="numba"),
 }
 
 
-def token_error(s: dict[str, Any], seed: int, i: int, j: int) -> tuple[float, np.ndarray]:
-    """(e(N_levels[i]), the worst input X0 (N, d) found) for seed j: the law and the head draw depend on
-    j only, the inputs on (i, j)."""
-    N = s["N_levels"][i]
-    M = models_for({k: v for k, v in dict(s, N=N).items() if k != "N_levels"})
+def _ladder_settings(s: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in s.items() if k != "N_levels"}
+
+
+def token_ladder(s: dict[str, Any], seed: int, j: int, *, counting_head: float = 0.0) -> list[Sup]:
+    """[(ê(N), the worst input X0 (N, d) found) for N in ``N_levels``] for seed j, monotone in N
+    (:func:`~transformer_limits.verify.input_search.sup_error_ladder`): the law and the head draw depend
+    on j only, the random starts and jitter of level i on (i, j).  ``counting_head`` c > 0 adds the
+    deliberately wrong un-normalised counting head of
+    :func:`~transformer_limits.verify.wrong_models.counting_head_map` to the discrete model."""
+    levels = check_ladder(s["N_levels"])
+    M = models_for(_ladder_settings(s))
     law = M.law(seed * 1000 + 900 + j)
     A = M.iid_map(law, s["L"], s["H"], seed=int(np.random.default_rng([seed, 6, j]).integers(2**32)))
-    return M.sup(A, M.limit(law), np.random.default_rng([seed, 7, i, j]))
+    if counting_head:
+        A = counting_head_map(A, counting_head, width=COUNTING_WIDTH * s["radius"])
+    rngs = [np.random.default_rng([seed, 7, i, j]) for i in range(len(levels))]
+    return sup_error_ladder(A, M.limit(law), levels, s["d"], radius=s["radius"], rngs=rngs,
+                            restarts=s["restarts"], iterations=s["iterations"], lr=s["ascent_lr"],
+                            bottom_restarts=s["bottom_restarts"], jitter=s["jitter"],
+                            warm_start=s.get("warm_start", True))
 
 
-def token_errors(s: dict[str, Any], seed: int) -> np.ndarray:
-    """e(N) per (N level, seed), shape (n_N, seeds), serially in this process."""
-    return np.array([[token_error(s, seed, i, j)[0] for j in range(s["seeds"])]
-                     for i in range(len(s["N_levels"]))])
+def token_errors(s: dict[str, Any], seed: int, *, counting_head: float = 0.0) -> np.ndarray:
+    """ê(N) per (N level, seed), shape (n_N, seeds), serially in this process."""
+    return np.array([[e for e, _ in token_ladder(s, seed, j, counting_head=counting_head)]
+                     for j in range(s["seeds"])]).T
 
 
 def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
-    """Sweep function: ``{"error": e(N_levels[i]), "input": worst X0 as nested lists}`` for seed j."""
-    error, X0 = token_error(point["settings"], point["base_seed"], point["i"], point["j"])
-    return {"error": error, "input": X0.tolist()}
+    """Sweep function: seed j's whole ladder, ``{"errors": [ê(N) per level], "inputs": [worst X0 as
+    nested lists per level]}`` (the levels of one seed depend on each other through the warm start)."""
+    ladder = token_ladder(point["settings"], point["base_seed"], point["j"],
+                          counting_head=point["counting_head"])
+    return {"errors": [e for e, _ in ladder], "inputs": [X.tolist() for _, X in ladder]}
 
 
-def token_errors_sweep(config: ExperimentConfig, s: dict[str, Any]) -> tuple[np.ndarray, float, WorstInputs]:
-    """:func:`token_errors` through :func:`~transformer_limits.verify.experiment.run_points`
-    (``config.workers`` processes, progress bar, resumable with ``config.store``); largest N first.
-    Returns the errors, the summed point seconds and the worst input per N."""
-    cells = sorted(((i, j) for i in range(len(s["N_levels"])) for j in range(s["seeds"])),
-                   key=lambda c: -s["N_levels"][c[0]])
-    settings = jsonable_settings(s)
-    grid = {"zip": {"cell": {"i": [c[0] for c in cells], "j": [c[1] for c in cells]}},
-            "fixed": {"settings": settings, "base_seed": config.seed}}
-    sweep = run_points(config, evaluate_point, grid, experiment="token-independence", version=2)
+def token_errors_sweep(config: ExperimentConfig, s: dict[str, Any], *,
+                       counting_head: float = 0.0) -> tuple[np.ndarray, float, WorstInputs]:
+    """:func:`token_errors` through :func:`~transformer_limits.verify.experiment.run_points`: one
+    point per seed (its whole N ladder, which the warm starts chain), ``config.workers`` processes,
+    resumable with ``config.store``; every point costs the same, so the order does not matter.
+    Returns the errors (n_N, seeds), the summed point seconds and the worst input per N."""
+    check_ladder(s["N_levels"])
+    grid = {"grid": {"j": list(range(s["seeds"]))},
+            "fixed": {"settings": jsonable_settings(s), "base_seed": config.seed,
+                      "counting_head": float(counting_head)}}
+    sweep = run_points(config, evaluate_point, grid, experiment="token-independence", version=3)
     out = np.empty((len(s["N_levels"]), s["seeds"]))
     worst = WorstInputs(s["radius"])
     for record in sweep.records:
-        i, j = record.params["i"], record.params["j"]
-        out[i, j] = record.result["error"]
-        worst.add("iid vs limit", f"N={s['N_levels'][i]}", j, record.result["error"], record.result["input"], (i,))
+        j = record.params["j"]
+        for i, (e, X) in enumerate(zip(record.result["errors"], record.result["inputs"])):
+            out[i, j] = e
+            worst.add("iid vs limit", f"N={s['N_levels'][i]}", j, e, X, (i,))
     return out, sum(r.elapsed_s or 0.0 for r in sweep.records), worst
 
 
-def run(config: ExperimentConfig, *, log_n_term: float = 0.0,
+def run(config: ExperimentConfig, *, counting_head: float = 0.0, log_n_term: float = 0.0,
         settings: dict[str, Any] | None = None) -> ExperimentResult:
-    """``log_n_term`` c > 0 adds c·ē(N_min)·log N / log N_min to every error: the deliberately wrong,
-    N-dependent model (tests); ``settings`` overrides the profile (reduced grids)."""
+    """Deliberately wrong models (tests): ``counting_head`` c > 0 adds an un-normalised counting head
+    to the discrete model (:func:`~transformer_limits.verify.wrong_models.counting_head_map`, error
+    ~c·log N at clustered inputs only, ~0 at random ones); ``log_n_term`` c > 0 adds
+    c·ē(N_min)·log N / log N_min to every measured error (a check of the statistics alone).
+    ``settings`` overrides the profile (reduced grids)."""
     s = dict(SETTINGS[config.profile], **(settings or {}))
-    errors, seconds, worst = token_errors_sweep(config, s)
+    errors, seconds, worst = token_errors_sweep(config, s, counting_head=counting_head)
     N = np.array(s["N_levels"], dtype=float)
     if log_n_term:
         errors = errors + log_n_term * errors[0].mean() * (np.log(N) / np.log(N[0]))[:, None]
@@ -126,7 +172,7 @@ def run(config: ExperimentConfig, *, log_n_term: float = 0.0,
         [RateSeries("sup_X0 |x_L^1 − X_1^1|", np.log(N), errors, fit, 0.5)], xlabel="log N",
         ylabel="sup error")]
     result.provenance = {"seed": config.seed, "seconds": {"errors": seconds}, "log_n_term": log_n_term,
-                         "settings": jsonable_settings(s)}
+                         "counting_head": counting_head, "settings": jsonable_settings(s)}
     return result
 
 

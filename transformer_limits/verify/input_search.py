@@ -1,0 +1,180 @@
+"""Sup-over-inputs search: projected Adam ascent of the error between two input -> output maps.
+
+For two maps A, B from N tokens X0 (N, d) to N tokens, the error of interest is
+
+    e_N = sup_{X0 in B_R^N} |A(X0)^1 − B(X0)^1|
+
+(unmasked attention is permutation-equivariant, so the worst token can be taken to be token 1).  Every
+evaluated input is a lower bound of the sup; the search reports the largest error it evaluated and the
+input that attained it.
+
+* :func:`ascend`: one projected ascent of f = ½|A^1 − B^1|² from a given start, with
+  :class:`~transformer_limits.numeric.adamw.AdamW` (λ = 0, β = (0.9, 0.99), ε = 1e-12, step
+  η_k = lr·R / sqrt(1 + (k − 1)/4) for k = 1, 2, ...) on the negated gradient, the iterate projected
+  onto the ball after every step.  Adam's per-coordinate scaling moves token 1 and the context tokens,
+  whose gradients are O(1/N), alike.
+* :func:`sup_error`: ``restarts`` ascents from random starts (even: uniform in the ball, odd: on the
+  sphere).
+* :func:`sup_error_ladder`: the estimate on a ladder of token counts N_0 < N_1 < ... (each a multiple
+  of the one before) that is **monotone in N per map pair**, as the true sup is.  If A and B depend on
+  X0 only through the empirical measure (1/N) Σ_i δ_{x^i} and token 1's position — true for unmasked
+  softmax attention and its mean-field limit — then the input that repeats every token of X0 ∈ B_R^n
+  m = N/n times has the same token-1 error as X0, so e_N ≥ e_n.  The ladder evaluates that repeated
+  worst input of the previous level first (its error equals the previous estimate up to round-off)
+  and keeps the best, so ê(N_i) ≥ ê(N_{i−1}) per ladder, by construction.  It then ascends from a
+  slightly jittered copy (the copies of a context token get identical gradients, so without a nudge
+  they would never split) in place of the first random restart.  Along its chain of warm starts the
+  worst input at N_i has thus had up to ``iterations · (1 + i)`` Adam steps per coordinate (Adam moves
+  every coordinate by about the step size whatever its gradient scale): the per-coordinate budget
+  grows with log N instead of staying fixed while the number of coordinates N·d grows, at the cost
+  of the random restarts it replaces plus one evaluation per level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from transformer_limits.numeric.adamw import AdamW
+from transformer_limits.numeric.transformer_losses import sample_tokens
+
+__all__ = ["InputMap", "project_to_ball", "is_worse", "token_one_error", "ascend", "sup_error",
+           "duplicate_tokens", "sup_error_ladder", "check_ladder"]
+
+#: Adam's moment decays and ε for the ascent (β2 = 0.99: a short ascent needs a short memory)
+BETAS = (0.9, 0.99)
+EPS = 1e-12
+
+
+@dataclass
+class InputMap:
+    """X0 (N, d) -> (output (N, d), vjp: r (N, d) -> r^T d output / d X0 (N, d))."""
+
+    evaluate: Callable[[np.ndarray], tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]]
+
+
+def project_to_ball(X: np.ndarray, radius: float) -> np.ndarray:
+    """Every token (row of X, (N, d)) radially projected onto the closed ball of radius R."""
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    return X * np.minimum(1.0, radius / np.maximum(norms, 1e-300))
+
+
+def is_worse(error: float, best: float | None) -> bool:
+    """Whether ``error`` replaces ``best`` as the worst case: larger, or NaN (a model that blew up is the
+    worst case and sticks, so the verdict sees it); ``best`` None means nothing seen yet."""
+    return best is None or (not np.isnan(best) and (error > best or np.isnan(error)))
+
+
+def token_one_error(A: InputMap, B: InputMap, X: np.ndarray) -> float:
+    """|A(X)^1 − B(X)^1| at one input X (N, d)."""
+    return float(np.linalg.norm(A.evaluate(X)[0][0] - B.evaluate(X)[0][0]))
+
+
+def _step_size(lr: float, radius: float) -> Callable[[int], float]:
+    return lambda k: lr * radius / np.sqrt(1.0 + (k - 1) / 4.0)
+
+
+def ascend(A: InputMap, B: InputMap, X: np.ndarray, *, radius: float, iterations: int, lr: float,
+           best: tuple[float, np.ndarray] | None = None) -> tuple[float, np.ndarray]:
+    """Projected Adam ascent of ½|A(X)^1 − B(X)^1|² from X (N, d), ``iterations`` steps (so
+    ``iterations + 1`` evaluations).  Returns (largest error evaluated, its input); ``best`` is a
+    (value, input) pair found earlier, replaced only by a worse case (:func:`is_worse`)."""
+    best_value, best_X = (None, None) if best is None else best
+    opt = AdamW([np.asarray(X, dtype=np.float64)], lr=_step_size(lr, radius), betas=BETAS, eps=EPS,
+                weight_decay=0.0)
+    X = opt.params[0]  # the optimizer's live array: projected in place after every step
+    for k in range(iterations + 1):
+        a, vjp_a = A.evaluate(X)
+        b, vjp_b = B.evaluate(X)
+        diff = a[0] - b[0]
+        value = float(np.linalg.norm(diff))
+        if is_worse(value, best_value):
+            best_value, best_X = value, X.copy()
+        if k == iterations:
+            break
+        r = np.zeros_like(a)
+        r[0] = diff
+        opt.step([vjp_b(r) - vjp_a(r)])  # AdamW descends: the negated gradient of f ascends
+        X[...] = project_to_ball(X, radius)
+    return best_value, best_X
+
+
+def sup_error(A: InputMap, B: InputMap, N: int, d: int, *, radius: float, rng: np.random.Generator,
+              restarts: int, iterations: int, lr: float) -> tuple[float, np.ndarray]:
+    """(estimated sup_{X0 in B_R^N} |A(X0)^1 − B(X0)^1|, the worst X0 (N, d) found): :func:`ascend`
+    from ``restarts`` random starts (odd restarts on the sphere, even ones uniformly in the ball; one
+    ``rng.integers(2**32)`` seed per start)."""
+    best = None
+    for start in range(restarts):
+        best = ascend(A, B, _random_start(N, d, start, radius, rng), radius=radius, iterations=iterations,
+                      lr=lr, best=best)
+    return best
+
+
+def _random_start(N: int, d: int, start: int, radius: float, rng: np.random.Generator) -> np.ndarray:
+    return sample_tokens(N, d, domain="sphere" if start % 2 else "ball", radius=radius,
+                         seed=int(rng.integers(2**32)))
+
+
+def duplicate_tokens(X: np.ndarray, factor: int) -> np.ndarray:
+    """Every token of X (n, d) repeated ``factor`` times in place, (factor·n, d): rows
+    x^1, ..., x^1, x^2, ...; token 1 stays first, and the empirical measure is unchanged."""
+    if not isinstance(factor, (int, np.integer)) or factor < 1:
+        raise ValueError(f"factor must be a positive integer, got {factor!r}")
+    return np.repeat(np.asarray(X, dtype=np.float64), int(factor), axis=0)
+
+
+def check_ladder(N_levels: Sequence[int]) -> tuple[int, ...]:
+    """The ladder as ints; ValueError unless strictly increasing with each level a multiple of the last."""
+    levels = tuple(int(n) for n in N_levels)
+    if not levels or levels[0] < 1 or any(n != m for n, m in zip(levels, N_levels)):
+        raise ValueError(f"N_levels must be positive integers, got {N_levels!r}")
+    for n, m in zip(levels, levels[1:]):
+        if m <= n or m % n:
+            raise ValueError(f"N_levels must increase with each level a multiple of the one before "
+                             f"(the warm start repeats every token), got {N_levels!r}")
+    return levels
+
+
+def sup_error_ladder(A: InputMap, B: InputMap, N_levels: Sequence[int], d: int, *, radius: float,
+                     rngs: Sequence[np.random.Generator], restarts: int, iterations: int, lr: float,
+                     bottom_restarts: int | None = None, jitter: float = 0.1,
+                     warm_start: bool = True) -> list[tuple[float, np.ndarray]]:
+    """The sup estimate at every N of the ladder, [(ê(N_i), worst X0 (N_i, d)), ...], monotone in N.
+
+    Level 0: :func:`sup_error` with ``rngs[0]``, ``bottom_restarts`` (default ``restarts``) random
+    starts × ``iterations`` steps: every later level inherits its worst input, and an estimate that
+    is still climbing towards the sup along the ladder would look like growth in N, so the cheap
+    smallest N deserves the most restarts.
+    Level i > 0 (``warm_start``): the previous worst input with every token repeated N_i / N_{i−1}
+    times is evaluated first (same error when the maps depend on the tokens through their empirical
+    measure, so ê(N_i) ≥ ê(N_{i−1})); the first of the ``restarts`` ascents starts from it after a
+    Gaussian jitter of standard deviation ``jitter · lr · R`` per coordinate (``rngs[i]``) that lets
+    repeated tokens split, the other ``restarts − 1`` from random starts as in :func:`sup_error`
+    (restart indices 1, 2, ...: sphere, ball, ...), all of ``iterations`` steps: one evaluation more
+    than :func:`sup_error` at that level, and never below the warm chain or those random restarts.
+    ``warm_start=False`` gives independent :func:`sup_error` estimates per level (``restarts`` starts
+    above level 0; no monotonicity): the estimate the ladder replaced, kept for comparisons.
+    """
+    levels = check_ladder(N_levels)
+    if len(rngs) != len(levels):
+        raise ValueError(f"rngs must hold one generator per level ({len(levels)}), got {len(rngs)}")
+    if not (np.isfinite(jitter) and jitter >= 0):
+        raise ValueError(f"jitter must be a finite number >= 0, got {jitter!r}")
+    out: list[tuple[float, np.ndarray]] = []
+    for i, (N, rng) in enumerate(zip(levels, rngs)):
+        if i == 0 or not warm_start:
+            out.append(sup_error(A, B, N, d, radius=radius, rng=rng, iterations=iterations, lr=lr,
+                                 restarts=restarts if i or bottom_restarts is None else bottom_restarts))
+            continue
+        X = duplicate_tokens(out[-1][1], N // levels[i - 1])
+        best = (token_one_error(A, B, X), X)
+        X = project_to_ball(X + jitter * lr * radius * rng.normal(size=X.shape), radius)
+        best = ascend(A, B, X, radius=radius, iterations=iterations, lr=lr, best=best)
+        for start in range(1, restarts):
+            best = ascend(A, B, _random_start(N, d, start, radius, rng), radius=radius, iterations=iterations,
+                          lr=lr, best=best)
+        out.append(best)
+    return out
