@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numbers
 from typing import Any
+from transformer_limits.errors import InputError  # a ValueError: bad input (exit 2), never a crash
 
 __all__ = [
     "MAX_BOOTSTRAP_REPLICATES",
@@ -74,7 +75,7 @@ def check_memory(nbytes: float, what: str, *, budget: int | None = None) -> None
     the message is one line."""
     budget = MEMORY_BUDGET_BYTES if budget is None else budget
     if not nbytes <= budget:  # also refuses NaN
-        raise ValueError(f"{what} would need about {format_bytes(nbytes)} of memory, over the "
+        raise InputError(f"{what} would need about {format_bytes(nbytes)} of memory, over the "
                          f"{format_bytes(budget)} budget (transformer_limits.resource_limits)")
 
 
@@ -82,7 +83,7 @@ def _as_count(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise InputError(f"{name} must be an integer, got {value!r}")
     return int(value)
 
 
@@ -96,9 +97,9 @@ def check_bootstrap(n_bootstrap: Any, n_points: int | None = None, *, name: str 
     ``n_points`` points (when given) fits :data:`MEMORY_BUDGET_BYTES`.  Returns it as ``int``."""
     n = _as_count(name, n_bootstrap)
     if n < 0:
-        raise ValueError(f"{name} must be >= 0, got {n}")
+        raise InputError(f"{name} must be >= 0, got {n}")
     if n > MAX_BOOTSTRAP_REPLICATES:
-        raise ValueError(f"{name} must be <= {MAX_BOOTSTRAP_REPLICATES} (the stated bootstrap limit), got {n}")
+        raise InputError(f"{name} must be <= {MAX_BOOTSTRAP_REPLICATES} (the stated bootstrap limit), got {n}")
     if n_points is not None:
         check_memory(bootstrap_memory_bytes(n, n_points), f"{name}={n} on {int(n_points)} points")
     return n
@@ -110,9 +111,9 @@ def check_kernel_dimensions(**dims: Any) -> tuple[int, ...]:
     out = []
     for name, val in dims.items():
         if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
-            raise ValueError(f"{name} must be a positive integer, got {val!r}")
+            raise InputError(f"{name} must be a positive integer, got {val!r}")
         if val > MAX_KERNEL_DIMENSION:
-            raise ValueError(f"{name} must be <= {MAX_KERNEL_DIMENSION} (generated kernels are unrolled; "
+            raise InputError(f"{name} must be <= {MAX_KERNEL_DIMENSION} (generated kernels are unrolled; "
                              f"stated limit MAX_KERNEL_DIMENSION), got {val}")
         out.append(int(val))
     return tuple(out)
