@@ -1,4 +1,4 @@
-"""AdamW / Blockwise AdamW (torch semantics) and the deterministic box bounds of THEORY.md §1.4."""
+"""AdamW / Blockwise AdamW (torch semantics) and the deterministic box bounds of docs/theory.md §A.4."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_blockwise_frobenius_box_holds_for_adversarial_gradients(case, block_axe
 
 
 # --------------------------------------------------------------------------------------------
-# (b) scale invariance with eps = 0 (THEORY §1.2: raw gradients carry 1/(LH))
+# (b) scale invariance with eps = 0 (docs/theory.md §A.2: raw gradients carry 1/(LH))
 
 def _gradients(rng, steps, shapes):
     return [{name: rng.standard_normal(shape) for name, shape in shapes.items()} for _ in range(steps)]
@@ -134,7 +134,7 @@ def test_eps0_trajectory_is_invariant_to_gradient_rescaling(optimizer):
 # (d) two steps unrolled by hand in 50-digit arithmetic
 
 def _two_steps_by_hand(theta0, g1, g2, lr, b1, b2, eps, wd, blockwise):
-    """θ_k = θ_{k-1} − η(m̂_k/(√v̂_k + ε) + λθ_{k-1}) written out for k = 1, 2 (THEORY §1.4)."""
+    """θ_k = θ_{k-1} − η(m̂_k/(√v̂_k + ε) + λθ_{k-1}) written out for k = 1, 2 (docs/theory.md §A.4)."""
     mp = mpmath.mpf
     with mpmath.workdps(50):
         th = [mp(x) for x in theta0]

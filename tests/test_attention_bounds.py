@@ -1,4 +1,4 @@
-"""The bounds of THEORY 1.3 hold at hypothesis-drawn configurations, and are not vacuous."""
+"""The bounds of docs/theory.md §A.3 hold at hypothesis-drawn configurations, and are not vacuous."""
 
 import numpy as np
 import pytest

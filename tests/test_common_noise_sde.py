@@ -1,4 +1,4 @@
-"""Common-noise limit SDE (THEORY.md §2.3): scheme order, couplings, Lyapunov estimator."""
+"""Common-noise limit SDE (docs/theory.md §B.3): scheme order, couplings, Lyapunov estimator."""
 
 import numpy as np
 import pytest

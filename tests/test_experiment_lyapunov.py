@@ -68,7 +68,7 @@ def test_correct_formula_passes_and_draft_a_typo_fails(small_profile):
 
 
 def test_missing_one_over_d_in_k_prime_fails(small_profile):
-    """Draft B's k'(1) without the 1/d (THEORY.md §2.0) gives a wrong λ_1 that the simulation rejects."""
+    """Draft B's k'(1) without the 1/d (docs/theory.md §B.0) gives a wrong λ_1 that the simulation rejects."""
     def wrong(a, d, s):
         v = ly.predicted_lambda_1(a, d, s)
         return (d - 3) / 2 * d * v["dk1"] - (d - 1) / 2 * v["k1"]

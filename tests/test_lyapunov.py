@@ -1,4 +1,4 @@
-"""λ_1, λ̄, λ̄' and the Gegenbauer identity (THEORY.md §2.6–2.8, derivation ``lyapunov``)."""
+"""λ_1, λ̄, λ̄' and the Gegenbauer identity (docs/theory.md §B.6–B.8, derivation ``lyapunov``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from transformer_limits.symbolic.lyapunov import (
 )
 from transformer_limits.symbolic.mlp_kernel import ZonalKernel, d_sym, sigma_u_sym, sigma_w_sym
 
-# THEORY.md §2.8 (Draft B, Appendix B), ReLU rows: (d, σ, k(1), k'(1), λ_1, λ̄) as printed.
+# docs/theory.md §B.8 (Draft B, Appendix B), ReLU rows: (d, σ, k(1), k'(1), λ_1, λ̄) as printed.
 RELU_TABLE = [
     (5, 0.0, "1.00e-01", "1.00e-01", "-1.00e-01", "2.00e-01"),
     (5, 0.1, "1.15e-01", "1.00e-01", "-1.30e-01", "1.70e-01"),

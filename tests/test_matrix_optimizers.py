@@ -1,4 +1,4 @@
-"""Reference matrix optimizers (THEORY.md §3.8, check-list item 17)."""
+"""Reference matrix optimizers (docs/theory.md §C.8, §D item 17)."""
 
 from __future__ import annotations
 

@@ -117,7 +117,7 @@ def test_adamw_training_discrete_tracks_limit():
 
     AdamW is not Lipschitz in the gradient at g = 0 when eps -> 0 (m/sqrt(v) is a sign there), so
     coordinates whose limit gradient is below the O(1/L) discretisation error would flip; eps is set
-    to the gradient scale (1e-3) to make the update Lipschitz (THEORY.md 1.2: eps must scale)."""
+    to the gradient scale (1e-3) to make the update Lipschitz (docs/theory.md §A.2: eps must scale)."""
     law, X0, loss, mf, model = _setup(6)
     k, eps = 4, 1e-3
     lim = train_adamw(lambda nu: mf.loss_and_grad(X0, nu, loss, 16)[:2], law, k, lr=2e-2, eps=eps)

@@ -1,4 +1,4 @@
-"""Zonal covariance k(t) of the random-MLP field (THEORY.md §2.2, derivation ``mlp-kernel``)."""
+"""Zonal covariance k(t) of the random-MLP field (docs/theory.md §B.2, derivation ``mlp-kernel``)."""
 
 from __future__ import annotations
 
@@ -168,6 +168,6 @@ def test_cli_mlp_kernel_json(capsys):
     payload = json.loads(capsys.readouterr().out)
     assert payload["name"] == "mlp-kernel"
     assert payload["values"]["k1"] == pytest.approx(0.0228125)
-    assert payload["values"]["k_t"] == pytest.approx(0.022089, abs=1e-6)  # THEORY §2.2 MC check
+    assert payload["values"]["k_t"] == pytest.approx(0.022089, abs=1e-6)  # docs/theory.md §B.2 Monte Carlo check
     assert main(["derive", "mlp-kernel", "--param", "d=1"]) == 2
     assert "d" in capsys.readouterr().err

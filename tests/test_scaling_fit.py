@@ -1,4 +1,4 @@
-"""β fits of log rank vs log width (THEORY.md §3.6–3.7, check-list item 15)."""
+"""β fits of log rank vs log width (docs/theory.md §C.6–C.7, §D item 15)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from transformer_limits.verify.experiments.spectral_released import PUBLISHED_GLOBAL_BETAS
 from transformer_limits.verify.scaling_fit import (
     bootstrap_slopes,
     fit_points,
@@ -20,19 +21,9 @@ from transformer_limits.verify.scaling_fit import (
 
 POINTS = Path(__file__).parent / "data" / "spectral_global_points_160m.csv"
 
-# THEORY.md §3.7, global (pooled) 160M: (optimizer, metric) -> (beta, ci_low, ci_high, R²)
-REPORTED = {
-    ("AdamW", "soft"): (0.661, 0.546, 0.775, 0.971),
-    ("AdamW", "hard"): (0.289, -0.115, 0.693, 0.338),
-    ("Muon", "soft"): (0.958, 0.712, 1.205, 0.938),
-    ("Muon", "hard"): (0.821, 0.082, 1.559, 0.552),
-    ("NorMuon", "soft"): (1.007, 0.858, 1.155, 0.979),
-    ("NorMuon", "hard"): (0.798, 0.094, 1.502, 0.562),
-    ("Dion-1/2", "soft"): (0.920, 0.835, 1.004, 0.992),
-    ("Dion-1/2", "hard"): (0.787, 0.632, 0.942, 0.962),
-    ("Dion-1/16", "soft"): (0.744, 0.708, 0.781, 0.998),
-    ("Dion-1/16", "hard"): (0.500, 0.419, 0.582, 0.974),
-}
+# docs/theory.md §C.7, global (pooled) 160M: (optimizer, metric) -> (beta, ci_low, ci_high, R²); the
+# one copy of the published numbers (tests/test_spectral_released.py checks it against docs/theory.md)
+REPORTED = PUBLISHED_GLOBAL_BETAS
 
 
 def mismatches(fits, reported=REPORTED):
@@ -51,7 +42,7 @@ def test_reproduces_reported_global_betas():
     assert len(fits) == 10
     assert all(f["n"] == 8 and f["stratum"] == "GLOBAL" for f in fits)
     assert mismatches(fits) == []
-    # Δ = β_soft − β_hard column of THEORY 3.7 (two decimals)
+    # Δ = β_soft − β_hard column of docs/theory.md §C.7 (two decimals)
     beta = {(f["optimizer"], f["metric"]): f["beta"] for f in fits}
     for opt, delta in {"AdamW": 0.37, "Muon": 0.14, "NorMuon": 0.21, "Dion-1/2": 0.13, "Dion-1/16": 0.24}.items():
         assert round(beta[opt, "soft"] - beta[opt, "hard"], 2) == delta
@@ -64,7 +55,7 @@ def test_wrong_inputs_fail_the_reproduction_check(tmp_path):
     assert len(mismatches(fit_points(swapped))) == 10
     relabelled = {(o, s, "hard" if m == "soft" else "soft"): xy for (o, s, m), xy in groups.items()}
     assert len(mismatches(fit_points(relabelled))) == 10
-    # β is invariant to the width unit (D vs ffn multiplier, THEORY 3.9): not a wrong model
+    # β is invariant to the width unit (D vs ffn multiplier, docs/theory.md §C.9): not a wrong model
     mult = {k: (x / 768.0, y) for k, (x, y) in groups.items()}
     assert mismatches(fit_points(mult)) == []
 

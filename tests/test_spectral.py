@@ -1,4 +1,4 @@
-"""Covariance accumulator, spectra and Rényi ranks (THEORY.md §3.3–3.4, check-list item 14)."""
+"""Covariance accumulator, spectra and Rényi ranks (docs/theory.md §C.3–C.4, §D item 14)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_uncentred_merge_and_second_moment(ds):
 
 
 def test_pooling_matches_theory_formula_and_needs_the_mean_correction():
-    """THEORY 3.3: Σ_r S_r + Σ_r n_r (h̄_r − h̄)(h̄_r − h̄)^T, over n−1.  Dropping the between-shard
+    """docs/theory.md §C.3: Σ_r S_r + Σ_r n_r (h̄_r − h̄)(h̄_r − h̄)^T, over n−1.  Dropping the between-shard
     term (a deliberately wrong pooling) must fail the comparison when shard means differ."""
     rng = np.random.default_rng(3)
     shards = [rng.standard_normal((n, 5)) + shift for n, shift in ((30, 0.0), (45, 2.0), (25, -3.0))]

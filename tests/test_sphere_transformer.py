@@ -1,4 +1,4 @@
-"""Discrete sphere transformer (THEORY.md §2.1) and its generated MLP-field kernels."""
+"""Discrete sphere transformer (docs/theory.md §B.1) and its generated MLP-field kernels."""
 
 import numpy as np
 import pytest

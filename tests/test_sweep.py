@@ -267,6 +267,36 @@ def test_dask_scheduler_matches_serial(tmp_path):
     assert rows_of(by_address) == rows_of(by_client) == rows_of(serial)
 
 
+def test_a_cluster_that_lost_every_worker_stops_the_sweep(tmp_path, monkeypatch):
+    """dask keeps the tasks of a cluster whose workers all died and waits for new workers forever;
+    the sweep must stop with EnvironmentFailure (exit 3), never hang and never store a point."""
+    import concurrent.futures
+
+    from transformer_limits.errors import EnvironmentFailure
+    from transformer_limits.verify import sweep as sweep_module
+
+    class WorkerlessExecutor:  # what _DaskExecutor looks like once its last worker died
+        address = "tcp://10.0.0.1:8786"
+
+        def submit(self, fn, *args):
+            return concurrent.futures.Future()  # never completes, like a task held by the scheduler
+
+        def workerless_for(self):
+            return 2 * sweep_module.SCHEDULER_TIMEOUT_S
+
+        def shutdown(self, wait=True, cancel_futures=False):
+            pass
+
+    monkeypatch.setattr(sweep_module, "WORKER_WATCH_S", 0.05)
+    monkeypatch.setattr(sweep_module, "_make_executor", lambda *a: (WorkerlessExecutor(), 4))
+    start = time.monotonic()
+    with pytest.raises(EnvironmentFailure, match="no worker for over .* 18 points unfinished"):
+        run_sweep(noisy_point, SPEC, tmp_path / "x.sqlite", scheduler="tcp://10.0.0.1:8786", progress=False)
+    assert time.monotonic() - start < 30
+    monkeypatch.undo()
+    assert run_sweep(noisy_point, SPEC, tmp_path / "x.sqlite", workers=1, progress=False).n_run == 18
+
+
 def test_missing_dask_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(ImportError, match="distributed"):

@@ -1,4 +1,4 @@
-"""HEAD/MID/TAIL strata by occurrence-mass tertiles (THEORY.md §3.5, check-list item 16)."""
+"""HEAD/MID/TAIL strata by occurrence-mass tertiles (docs/theory.md §C.5, §D item 16)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ count_vectors = st.lists(st.integers(0, 10**6), min_size=3, max_size=300).filter
 
 
 def _reference_thresholds(counts, head_mass=0.33, mid_mass=0.67):
-    """Straight transcription of THEORY 3.5 with a Python loop (independent of the vectorised code)."""
+    """Straight transcription of docs/theory.md §C.5 with a Python loop (independent of the vectorised code)."""
     f_sorted = sorted(counts, reverse=True)
     total = sum(f_sorted)
     running, head_cut, mid_cut = 0, 0, 0

@@ -1,4 +1,4 @@
-"""PyTorch matrix optimizers vs the float64 NumPy references (THEORY.md §3.8, check-list item 17)."""
+"""PyTorch matrix optimizers vs the float64 NumPy references (docs/theory.md §C.8, §D item 17)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Toy GPT, synthetic Zipfian language, FFN hooks and the spectral-scaling checks (THEORY.md §3.1–3.7)."""
+"""Toy GPT, synthetic Zipfian language, FFN hooks and the spectral-scaling checks (docs/theory.md §C.1–C.7)."""
 
 from __future__ import annotations
 

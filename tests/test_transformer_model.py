@@ -158,7 +158,7 @@ def test_head_scale_options_and_errors():
 
 
 def test_adamw_box_radii_bounds():
-    """Per-step drift bounds of THEORY.md 1.4: coordinatewise AdamW moves each entry by <= lr*C_beta,
+    """Per-step drift bounds of docs/theory.md §A.4: coordinatewise AdamW moves each entry by <= lr*C_beta,
     blockwise AdamW moves each head matrix by <= lr*C_beta in Frobenius norm (no weight decay)."""
     from transformer_limits.numeric.adamw import adamw_update_bound
     from transformer_limits.numeric.transformer_training import train_with_radii

@@ -47,7 +47,7 @@ def flat_fits():
 
 
 def _paper1_grid(n_L, n_H):
-    """Flattened (L, H) grid and the law 2/L + 0.5 L^-1/3 H^-1/2 (THEORY.md §1.5 shape)."""
+    """Flattened (L, H) grid and the law 2/L + 0.5 L^-1/3 H^-1/2 (docs/theory.md §A.5 shape)."""
     Ls, Hs = np.meshgrid(2.0 ** np.arange(2, 2 + n_L), 4.0 ** np.arange(0, n_H), indexing="ij")
     table = {"L": Ls.ravel(), "H": Hs.ravel()}
     return table, 2.0 / table["L"] + 0.5 * table["L"] ** (-1 / 3) * table["H"] ** -0.5

@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", nargs="?", help="derivation name (see --list)")
     p.add_argument("--list", action="store_true", help="list the derivations and their parameters")
     p.add_argument("--all", action="store_true", help="write every derivation (needs --out)")
-    p.add_argument("--out", help="folder for --all: one Markdown page per derivation + kernels/")
+    p.add_argument("--out", help="folder for --all: a Markdown and an HTML (MathML) page per derivation + kernels/")
     p.add_argument("--format", choices=("text", "latex", "json"), default="text")
     p.add_argument(
         "--param", action="append", default=[], metavar="KEY=VALUE",

@@ -2,7 +2,7 @@
 
     transformer-limits report [--profile quick|full] --out DIR [--only NAME ...] [--seed N]
                               [--workers N] [--scheduler ADDRESS] [--store PATH.sqlite]
-                              [--format text|json] [--no-progress]
+                              [--format text|json] [--no-progress] [--module FILE.py ...]
 
 Writes ``DIR/<name>/{results.json,report.md,report.html,*.png}`` per experiment and
 ``DIR/{index.md,index.html,summary.json}``.  The whole tree is built in a staging folder inside
@@ -14,6 +14,12 @@ scheduler, grid size or output folder stops the run before any work (exit 2); a 
 unwritable store or a broken worker pool mid-run stops it with exit 3.
 With ``--store`` the experiments' sweeps are kept in one SQLite file, so a killed (full) report rerun
 with the same options skips every point it already finished.
+``--module FILE.py`` (repeatable) imports a Python file first; the experiments it registers run
+like the built-in ones (in the profiles they declare, or by ``--only``).  Installed plugins
+(entry-point group ``transformer_limits.experiments``) are always included.
+An experiment whose ``requires`` names a module missing here (spectral-scaling without PyTorch)
+is skipped, not crashed.  The index lists every registered experiment that did not run, with why
+(:func:`not_run_experiments`); when nothing selected can run, that is bad input (exit 2).
 Exit 0 when every check of every experiment passes, 1 when a check failed and nothing crashed,
 2 on bad input, 3 when an experiment crashed (see :mod:`transformer_limits.errors`).
 """
@@ -25,7 +31,7 @@ import sys
 
 from transformer_limits.cli import CheckFailed, UsageError, emit
 from transformer_limits.errors import ExperimentCrashed
-from transformer_limits.commands.verify import add_run_options, check_out_dir, make_config, show_progress
+from transformer_limits.commands.verify import add_run_options, check_out_dir, load_modules, make_config, show_progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,6 +61,35 @@ def selected_experiments(profile: str, only: list[str] | None):
     return [e for e in list_experiments() if profile in e.profiles]
 
 
+def not_run_experiments(selected, profile: str, only: list[str] | None) -> list[dict]:
+    """Every registered experiment this report does not run, with one line saying why:
+    ``"not in profile quick (profiles: full)"``, ``"deliberately wrong variant, run by name"``
+    (``profiles=()``), ``"not named by --only"``, and, when a module it requires is missing,
+    :func:`transformer_limits.verify.experiment.missing_requirement`'s line (``"missing requirement:
+    needs PyTorch (pip install torch)"``, joined with ``"; "``).  A selected experiment with a
+    missing requirement is listed too: it is skipped, not run."""
+    from transformer_limits.verify.experiment import list_experiments, missing_requirement
+
+    chosen = {e.name for e in selected}
+    out = []
+    for exp in list_experiments():
+        reasons = []
+        if exp.name not in chosen:
+            if only:
+                reasons.append("not named by --only")
+            if not exp.profiles:  # docs/extending.md: profiles=() is how wrong variants stay out of reports
+                reasons.append("deliberately wrong variant, run by name")
+            elif not only:
+                reasons.append(f"not in profile {profile} (profiles: {', '.join(exp.profiles)})")
+        why = missing_requirement(exp)
+        if why is not None:
+            reasons.append(why)
+        if reasons:
+            out.append({"name": exp.name, "title": exp.title, "paper": exp.paper, "profiles": list(exp.profiles),
+                        "selected": exp.name in chosen, "reason": "; ".join(reasons)})
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -62,10 +97,17 @@ def run(args: argparse.Namespace) -> int:
     from transformer_limits.verify.experiment import run_experiment
     from transformer_limits.verify.report import report_entries, write_experiment_report, write_index
 
+    load_modules(args)
     check_out_dir(args.out)
     experiments = selected_experiments(args.profile, args.only)
     if not experiments:
         raise UsageError(f"no experiment includes profile {args.profile!r}")
+    # skip (and list) what cannot run here instead of crashing on it
+    not_run = not_run_experiments(experiments, args.profile, args.only)
+    skipped = {e["name"]: e["reason"] for e in not_run if e["selected"]}
+    experiments = [e for e in experiments if e.name not in skipped]
+    if not experiments:
+        raise UsageError("nothing to run: " + "; ".join(f"{n}: {why}" for n, why in skipped.items()))
     progress = show_progress(args)
     # one bar over experiments; the sweeps' own bars nest below it and vanish when done.  No tqdm
     # monitor thread: sweep pools fork while the outer bar is alive
@@ -82,13 +124,17 @@ def run(args: argparse.Namespace) -> int:
                 done.append((exp, result))
         finally:
             bar.close()
-        summary = write_index(done, stage, args.profile)
+        summary = write_index(done, stage, args.profile, not_run=not_run)
     width = max(len(e["name"]) for e in summary["experiments"])
     word = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
     lines = [f"{e['name']:<{width}}  {word[e['status']]:<5}  {e['checks_passed']}/{e['checks_total']} "
              f"checks  {e['time_s']:.1f} s" + (f"  failed: {', '.join(e['failed_checks'])}" if e["failed_checks"] else "")
              + (f"  crashed: {e['error']}" if e["status"] == "error" else "")
              for e in summary["experiments"]]
+    lines += [f"{e['name']:<{width}}  SKIPPED  {e['reason']}" for e in summary["not_run"] if e["selected"]]
+    others = sum(not e["selected"] for e in summary["not_run"])
+    if others:
+        lines.append(f"{others} other registered experiment(s) not run; the index says why")
     lines.append(f"RESULT: {word[summary['status']]} ({summary['n_passed']}/"
                  f"{summary['n_experiments']} experiments passed"
                  + (f", {summary['n_errors']} crashed" if summary["n_errors"] else "")

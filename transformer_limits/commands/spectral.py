@@ -25,7 +25,7 @@ from transformer_limits.resource_limits import (
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("spectral", help="Rényi ranks of activations and rank-vs-width fits (paper C)",
-                       description="Spectral ranks (THEORY.md 3.3-3.4) and beta fits (3.6-3.7).")
+                       description="Spectral ranks (docs/theory.md §C.3–C.4) and beta fits (§C.6–C.7).")
     p.set_defaults(handler=lambda args: _missing_action(p))
     actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
 

@@ -2,11 +2,15 @@
 
     transformer-limits verify NAME [--profile quick|full] [--out DIR] [--seed N] [--workers N]
                                    [--scheduler ADDRESS] [--store PATH.sqlite] [--format text|json]
-                                   [--no-progress]
-    transformer-limits verify --list [--format json]
+                                   [--no-progress] [--module FILE.py ...]
+    transformer-limits verify --list [--format json] [--module FILE.py ...]
+
+``--module FILE.py`` (repeatable) imports a Python file first, which registers its experiments
+(:func:`transformer_limits.verify.experiment.load_experiment_file`); installed plugins (entry-point
+group ``transformer_limits.experiments``) are always loaded.  See ``docs/extending.md``.
 
 Exit 0 when every check passes, 1 (after printing) when one fails, 2 on bad input (checked before
-any work: --out, --store, --scheduler), 3 when the experiment crashed (printed and written as
+any work: --module, --out, --store, --scheduler), 3 when the experiment crashed (printed and written as
 ERROR, never FAIL) or the environment failed mid-run; see :mod:`transformer_limits.errors`.
 """
 
@@ -37,6 +41,22 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="SQLite sweep store: a killed run resumes where it stopped, e.g. runs.sqlite")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bars on stderr")
+    p.add_argument("--module", action="append", metavar="FILE.py", default=None,
+                   help="import this Python file first; it registers its experiments (repeatable; "
+                        "see docs/extending.md)")
+
+
+def load_modules(args: argparse.Namespace) -> None:
+    """Import every ``--module`` file (before anything else); a missing file, one that is not
+    ``.py``, one that raises or registers a taken name or nothing is bad input (exit 2)."""
+    from transformer_limits.errors import InputError
+    from transformer_limits.verify.experiment import load_experiment_file
+
+    for path in getattr(args, "module", None) or ():
+        try:
+            load_experiment_file(path)
+        except InputError as exc:
+            raise UsageError(f"--module: {exc}") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -166,17 +186,32 @@ def verdict_table(payload: dict) -> str:
     return "\n".join(lines)
 
 
+def _source_note(source: dict | None) -> str:
+    """Where a listed experiment comes from, when not from this package."""
+    if not source or source.get("kind") in ("built-in", None):
+        return ""
+    if source["kind"] == "plugin":
+        return f"  (plugin {source['entry_point']})"
+    if source["kind"] == "module":
+        return f"  (from {source['path']})"
+    return f"  (from {source.get('module', '?')})"
+
+
 def _list(args: argparse.Namespace) -> int:
-    from transformer_limits.verify.experiment import list_experiments
+    from transformer_limits.verify.experiment import experiment_source, list_experiments
 
     exps = list_experiments()
+    sources = {e.name: experiment_source(e.name) for e in exps}
     width = max([len(e.name) for e in exps] + [4])
-    text = "\n".join(f"{e.name:<{width}}  paper {e.paper}  [{', '.join(e.profiles)}]  {e.title}" for e in exps)
-    emit([e.to_dict() for e in exps], args.format, text or "(no experiments registered)")
+    text = "\n".join(f"{e.name:<{width}}  paper {e.paper}  [{', '.join(e.profiles)}]  {e.title}"
+                     + _source_note(sources[e.name]) for e in exps)
+    emit([dict(e.to_dict(), source=sources[e.name]) for e in exps], args.format,
+         text or "(no experiments registered)")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    load_modules(args)
     if args.list:
         if args.name or args.out:
             raise UsageError("verify --list takes no NAME or --out")

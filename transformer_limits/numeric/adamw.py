@@ -1,5 +1,5 @@
 """AdamW (``torch.optim.AdamW`` semantics) and Blockwise AdamW on NumPy parameter pytrees, and the
-deterministic update bound ``C_β(k)`` and box radius ``R_θ(K)`` of THEORY.md §1.4.
+deterministic update bound ``C_β(k)`` and box radius ``R_θ(K)`` of docs/theory.md §A.4.
 
 Parameters are a ``dict`` name -> array or a ``list``/``tuple`` of arrays (a flat pytree); the
 optimizers keep float64 copies and update them in place, gradients come in the same structure.
@@ -213,9 +213,9 @@ def _block_axes_of(spec: Any, ndim: int, key: Any) -> tuple[int, ...]:
 
 
 class BlockwiseAdamW(AdamW):
-    """AdamW with one scalar second moment per parameter block (THEORY.md §1.4, [RECON]).
+    """AdamW with one scalar second moment per parameter block (docs/theory.md §A.4, [RECON]).
 
-    ``v_k^B = β2 v_{k-1}^B + (1 − β2) ‖g_k^B‖_F²`` (``normalize="sum"``: **not** divided by |B|, so
+    ``v_k^B = β2 v_{k-1}^B + (1 − β2) ‖g_k^B‖_F²`` (``normalize="sum"``: **not** divided by ``|B|``, so
     ``‖m̂_k^B‖_F/√v̂_k^B ≤ C_β(k)`` and the Frobenius drift per block is ≤ η_k C_β(k), independent of
     the block size) or ``‖g_k^B‖_F²/|B|`` (``normalize="mean"``: entries move on Adam's RMS scale and
     the per-block Frobenius bound picks up a factor ``√|B|`` unless η is rescaled by ``1/√|B|``).
@@ -300,7 +300,7 @@ def _geometric_sum(ratio: float, k: np.ndarray) -> np.ndarray:
 
 
 def adamw_update_bound(beta1: float, beta2: float, k: Any, *, sharp: bool = False) -> Any:
-    """``C_β(k) = (1−β1)√(1−β2^k) / ((1−β1^k)√(1−β2)) · Σ_{j<k} (β1/√β2)^j`` (THEORY.md §1.4).
+    """``C_β(k) = (1−β1)√(1−β2^k) / ((1−β1^k)√(1−β2)) · Σ_{j<k} (β1/√β2)^j`` (docs/theory.md §A.4).
 
     ``|m̂_k|/√v̂_k ≤ C_β(k)`` for every gradient sequence (ε > 0 only lowers the ratio); ``C_β(1) = 1``.
     ``k``: an int >= 1, an integer array (vectorised), or ``math.inf`` for ``C_β(∞)`` (= sup_k C_β(k),

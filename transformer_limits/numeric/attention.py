@@ -1,7 +1,7 @@
 """Softmax attention and its measure derivatives on every backend (generated kernels).
 
 For queries X (N, d), a token measure mu = sum_j w_j delta_{Y_j} (Y (M, d), w (M,), default
-w_j = 1/M) and one head (Q, K in R^{d_k x d}, V in R^{d_v x d}), THEORY.md 1.3:
+w_j = 1/M) and one head (Q, K in R^{d_k x d}, V in R^{d_v x d}), docs/theory.md §A.3:
 
     A(x_i, mu)              (N, d_v)        attention
     grad_x A(x_i, mu)       (N, d_v, d)     spatial Jacobian

@@ -1,6 +1,6 @@
 """One multi-head attention layer field and its vector-Jacobian product, on three backends.
 
-Field of one layer (THEORY.md 1.2, [RECON]), for tokens X (N, d) and heads h = 1..H::
+Field of one layer (docs/theory.md §A.2, [RECON]), for tokens X (N, d) and heads h = 1..H::
 
     F^i = sum_h c_h O_h A_h(x^i, m^i),   A_h(x, m) = sum_j P_ij V_h x^j,
     P_ij = softmax_j(beta <Q_h x^i, K_h x^j>) over the visible j (all j, or j <= i when causal),
@@ -16,7 +16,7 @@ and the parameter gradients dQ, dK, dV, dO of sum_i <PC^i, F^i> (stacked (H, ...
 
 Backends:
 
-``numpy``  reference: the field by explicit softmax matrices, xbar by the THEORY.md formula with
+``numpy``  reference: the field by explicit softmax matrices, xbar by the docs/theory.md §A.2 formula with
            the Jacobian and Lions-derivative tensors of the generated NumPy attention kernels
            (:func:`transformer_limits.numeric.attention.attention_kernels`; O(N^2 d d_v) memory per head,
            for tests); parameter gradients by matrix products.
@@ -195,7 +195,7 @@ class AttentionLayer:
         return QBAR, KBAR, VBAR, xbar
 
     def _xbar_theory(self, X, Qs, Ks, Vs, Os, c, PC, lions):
-        """THEORY.md 1.2: Jacobian term + Lions term, with the generated NumPy attention kernels."""
+        """docs/theory.md §A.2: Jacobian term + Lions term, with the generated NumPy attention kernels."""
         from transformer_limits.numeric.attention import attention_kernels
 
         kern = attention_kernels(self.d, self.d_k, self.d_v, "numpy")

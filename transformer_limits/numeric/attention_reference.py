@@ -1,4 +1,4 @@
-"""Independent NumPy (einsum) reference for attention and its derivatives (THEORY.md 1.3).
+"""Independent NumPy (einsum) reference for attention and its derivatives (docs/theory.md §A.3).
 
 Written from the matrix formulas, without the code generator, so that the generated kernels of
 every backend can be checked against it.  Shapes as in :mod:`transformer_limits.numeric.attention`.

@@ -25,6 +25,8 @@ BACKENDS = ("numpy", "numba", "numba-cuda", "numba-cuda-sim", "cupy")
 
 @dataclass(frozen=True)
 class BackendStatus:
+    """Whether backend ``name`` works here: its version if it does, and the reason either way."""
+
     name: str
     available: bool
     version: str | None
@@ -99,7 +101,7 @@ def _cupy() -> BackendStatus:
 
 @lru_cache(maxsize=1)
 def backend_status() -> tuple[BackendStatus, ...]:
-    """Status of every backend in :data:`BACKENDS` (cached for the process)."""
+    """Status of every backend in ``BACKENDS`` (cached for the process)."""
     import numpy
 
     return (
@@ -112,6 +114,7 @@ def backend_status() -> tuple[BackendStatus, ...]:
 
 
 def available_backends() -> list[str]:
+    """Names of the backends that work in this process (``numpy`` always)."""
     return [s.name for s in backend_status() if s.available]
 
 

@@ -1,4 +1,4 @@
-"""The common-noise SDE limit of THEORY.md §2.3, its schemes, couplings and Lyapunov estimator.
+"""The common-noise SDE limit of docs/theory.md §B.3, its schemes, couplings and Lyapunov estimator.
 
 Limit SDE for N tokens X̄^i on S^{d−1} (Itô form)::
 
@@ -72,7 +72,7 @@ def psd_sqrt(K: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class CommonNoiseSDE:
-    """The limit SDE of THEORY.md §2.3 with its noise models and projected EM step."""
+    """The limit SDE of docs/theory.md §B.3 with its noise models and projected EM step."""
 
     d: int
     activation: str = "relu"
@@ -118,7 +118,7 @@ class CommonNoiseSDE:
 
     @property
     def dk1(self) -> float:
-        """k'(1) = (1/d) E[φ'(sZ)²]: the ``mlp-kernel`` derivation's closed form for ReLU (generated
+        """k'(1) = (1/d) E[φ'(sZ)²], from the ``mlp-kernel`` derivation's closed form for ReLU (generated
         constant, 1/(2d)), else Σ_j j b_j/(d s²) (Mehler series)."""
         if self.activation == "relu":
             return RELU_DK1_TIMES_D / self.d
@@ -151,7 +151,14 @@ class CommonNoiseSDE:
         return (self.kernels.features(X, U, b_U) @ dB[:m]) / np.sqrt(m) + self.sigma_w * dB[m][None, :]
 
     def step(self, X: np.ndarray, h: float, dW: np.ndarray, *, renormalise: bool = True) -> np.ndarray:
-        """Projected Euler–Maruyama: X̃ = X + h b(X) + P_X dW, then X̃/|X̃| (if ``renormalise``)."""
+        """Projected Euler–Maruyama: ``X̃ = X + h b(X) + P_X dW``, then ``X̃/|X̃|`` (if ``renormalise``).
+
+        Off the sphere (``renormalise=False``, ``|X| ≠ 1``) the two terms extend differently: the
+        noise is projected at ``X/|X|`` (``P_{X/|X|} dW``), the drift is evaluated at the
+        unnormalised X (attention logits scale with ``|X|²``, and ``−cX`` with ``|X|``).  Both extensions agree with the
+        SDE on the sphere, where the scheme's order is measured; off it this is one choice of
+        extension, not the paper's dynamics.
+        """
         Xt = X + h * self.drift(X) + (project_tangent(layer_norm(X), dW))
         return layer_norm(Xt) if renormalise else Xt
 

@@ -1,6 +1,6 @@
 """Taylor block expansions of the attention MV-ODE flow map, evaluated with generated kernels.
 
-For N particles X (N, d) and a head law with finite atoms frozen over the block (THEORY.md 1.2-1.3),
+For N particles X (N, d) and a head law with finite atoms frozen over the block (docs/theory.md §A.2–A.3),
 
     dX^i/dt = F_i(X) = Gamma(X^i, mu^N) = sum_a w_a O_a A_a(X^i, mu^N),   mu^N = (1/N) sum_j delta_{X^j},
 

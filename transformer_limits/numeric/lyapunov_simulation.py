@@ -1,6 +1,6 @@
 """Benettin (tangent-flow) estimate of the top Lyapunov exponent of the random-MLP layer map.
 
-Discrete map on S^{d−1} (THEORY.md §2.1/§2.7, no attention), a fresh width-m MLP every step::
+Discrete map on S^{d−1} (docs/theory.md §B.1/§B.7, no attention), a fresh width-m MLP every step::
 
     x ← LN(x + √Δt G^m(x)),   G^m(y) = (1/√m) W φ((1/√d) U y + b_U) + b_W,   LN(v) = v/|v|,
     U ∈ R^{m×d}, W ∈ R^{d×m} i.i.d. N(0,1), b_U ~ N(0, σ_U² I_m), b_W ~ N(0, σ_W² I_d).

@@ -1,4 +1,4 @@
-"""Float64 NumPy reference implementations of the matrix optimizers of THEORY.md §3.8.
+"""Float64 NumPy reference implementations of the matrix optimizers of docs/theory.md §C.8.
 
 Muon, NorMuon and Dion act on one weight matrix ``W ∈ R^{fan_out × fan_in}`` (rows = fan_out, the
 PyTorch ``Linear.weight`` layout); Lion acts on any array.  These are *references* for checking the
@@ -224,7 +224,7 @@ class _Optimizer:
 
 
 class Muon(_Optimizer):
-    """Muon: momentum + Newton–Schulz orthogonalisation (THEORY.md §3.8).
+    """Muon: momentum + Newton–Schulz orthogonalisation (docs/theory.md §C.8).
 
     ``momentum_form="lerp"`` (Jordan): ``M ← βM + (1−β)G``; Nesterov ``U = (1−β)G + βM``.
     ``momentum_form="sum"`` (microsoft/dion, the paper's runs): ``M ← μM + G``; Nesterov

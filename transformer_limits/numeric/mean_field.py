@@ -1,7 +1,7 @@
 """Mean-field (L, H -> infinity) limit of the paper-A model: forward and adjoint MV-ODEs, RK4.
 
 For N particles X_t = (X_t^1..X_t^N) and a law nu_t of head parameters at depth-time t in [0, 1]
-(THEORY.md 1.2, [RECON])::
+(docs/theory.md §A.2, [RECON])::
 
     dX_t^i/dt  =  Gamma(X_t^i, mu_t^i, nu_t) = int gamma(X_t^i, mu_t^i, theta) nu_t(dtheta),
     -dP_t^i/dt = grad_x Gamma(X_t^i)^T P_t^i + sum_j w_ji (d_mu Gamma(X_t^j)(X_t^i))^T P_t^j,
@@ -272,7 +272,7 @@ class MeanFieldLimit:
 
     def forward_checked(self, X0: Any, law: HeadLaw, steps: int) -> RK4Result:
         """RK4 at ``steps`` and ``2*steps``; returns the finer solution with the Richardson error
-        estimate max_i |X_h - X_{h/2}| / 15 (order 4)."""
+        estimate ``max_i |X_h - X_{h/2}| / 15`` (order 4)."""
         coarse = self.forward(X0, law, steps)
         fine = self.forward(X0, law, 2 * steps)
         fine.error_estimate = float(np.abs(fine.final - coarse.final).max() / 15.0)

@@ -1,6 +1,6 @@
-"""Covariance spectra and Rényi effective ranks of activation matrices (THEORY.md §3.3–3.4).
+"""Covariance spectra and Rényi effective ranks of activation matrices (docs/theory.md §C.3–C.4).
 
-Everything is float64 NumPy.  Symbols follow THEORY.md §3:
+Everything is float64 NumPy.  Symbols follow docs/theory.md §C:
 
 * activations ``H`` — an ``n × D`` matrix, one row ``h_t ∈ R^D`` per token (n tokens, D features);
 * covariance  ``C = (1/(n−1)) Σ_t (h_t − h̄)(h_t − h̄)^T``  (``D × D``, mean-centred, unbiased);
@@ -108,7 +108,7 @@ class StreamingCovariance:
     ``S = Σ_t (h_t − h̄)(h_t − h̄)^T`` (``D × D``); with ``center=False`` the mean is not tracked
     and ``S = Σ_t h_t h_t^T``.
 
-    :meth:`merge` pools two accumulators exactly (THEORY.md §3.3): with ``n = n_a + n_b`` and
+    :meth:`merge` pools two accumulators exactly (docs/theory.md §C.3): with ``n = n_a + n_b`` and
     ``h̄ = (n_a h̄_a + n_b h̄_b)/n``,
 
         ``S = S_a + S_b + n_a (h̄_a − h̄)(h̄_a − h̄)^T + n_b (h̄_b − h̄)(h̄_b − h̄)^T``
@@ -190,7 +190,7 @@ class StreamingCovariance:
     def covariance(self, ddof: int | None = None) -> np.ndarray:
         """``S / (n − ddof)`` (``D × D``).
 
-        ``ddof=None`` means 1 when centred (unbiased ``C`` of THEORY.md §3.3) and 0 when not
+        ``ddof=None`` means 1 when centred (unbiased ``C`` of docs/theory.md §C.3) and 0 when not
         (the raw second-moment matrix ``(1/n) Σ h h^T``).
         """
         if ddof is None:
@@ -343,7 +343,7 @@ def spectral_asymmetry(eigenvalues: Any, *, tol: float | None = None) -> float:
 
 
 def reinjection_ratio(pre: Any, post: Any, alpha: float, *, tol: float | None = None) -> float:
-    """Nonlinear reinjection ratio ``ρ_α = R_α(post) / R_α(pre)`` (THEORY.md §3.4, App. C).
+    """Nonlinear reinjection ratio ``ρ_α = R_α(post) / R_α(pre)`` (docs/theory.md §C.4, App. C).
 
     ``pre``/``post``: spectra (1-D) of the pre- and post-activation covariance of the same layer.
     """

@@ -1,4 +1,4 @@
-"""The discrete deep transformer on the sphere of THEORY.md §2.1 (paper B, Agazzi et al.).
+"""The discrete deep transformer on the sphere of docs/theory.md §B.1 (paper B, Agazzi et al.).
 
 N tokens X_ℓ (N, d) on S^{d−1}, layers ℓ = 0, …, L−1, Δt = T/L::
 
@@ -85,7 +85,7 @@ class MLPLayer:
 
 @dataclass(frozen=True)
 class SphereTransformer:
-    """Discrete model of THEORY.md §2.1 (see the module docstring for the maps and symbols)."""
+    """Discrete model of docs/theory.md §B.1 (see the module docstring for the maps and symbols)."""
 
     d: int
     m: int

@@ -1,4 +1,4 @@
-"""HEAD/MID/TAIL token-frequency strata by occurrence-mass tertiles (THEORY.md §3.5).
+"""HEAD/MID/TAIL token-frequency strata by occurrence-mass tertiles (docs/theory.md §C.5).
 
 Given unigram counts ``f(v)`` over a vocabulary of size ``V``:
 

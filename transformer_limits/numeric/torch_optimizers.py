@@ -1,4 +1,4 @@
-"""PyTorch implementations of the matrix optimizers of THEORY.md §3.8 and the authors' optimizer factory.
+"""PyTorch implementations of the matrix optimizers of docs/theory.md §C.8 and the authors' optimizer factory.
 
 The update rules are those of the float64 NumPy references in
 :mod:`transformer_limits.numeric.matrix_optimizers` (same symbols, same defaults, same Dion ``Q_0``
@@ -116,7 +116,7 @@ def _matrix_grad(p: torch.Tensor) -> torch.Tensor:
 
 
 class Muon(torch.optim.Optimizer):
-    """Muon (THEORY.md §3.8); defaults as :class:`matrix_optimizers.Muon` (Jordan's reference).
+    """Muon (docs/theory.md §C.8); defaults as :class:`matrix_optimizers.Muon` (Jordan's reference).
 
     The paper's runs: ``momentum_form="sum", coefficients="dion", scale="spectral_norm",
     ns_eps=NS_EPS_RUNS``.  The direction before lr and scale is kept in ``state[p]["last_update"]``.
@@ -306,7 +306,7 @@ OPTIMIZER_NAMES = ("adamw", "muon", "normuon", "dion-1/2", "dion-1/4", "dion-1/8
 
 @dataclass(frozen=True)
 class OptimizerSpec:
-    """Hyper-parameters of one run's optimizers (THEORY.md §3.8; toy-scale learning rates).
+    """Hyper-parameters of one run's optimizers (docs/theory.md §C.8; toy-scale learning rates).
 
     ``name``: one of :data:`OPTIMIZER_NAMES`; ``lr``: matrix lr (0.02 for Muon/NorMuon/Dion,
     3e-3 for AdamW in the paper); ``lr_scalar``: Lion's embedding lr, ``None`` (default) meaning

@@ -1,4 +1,4 @@
-"""Toy-scale reproduction kit for paper C (THEORY.md §3.1–3.5): a synthetic Zipfian language, a small
+"""Toy-scale reproduction kit for paper C (docs/theory.md §C.1–C.5): a synthetic Zipfian language, a small
 modded-nanoGPT-style model, FFN activation hooks feeding :class:`StreamingCovariance` per
 HEAD/MID/TAIL stratum, and one training run end to end.
 
@@ -133,7 +133,7 @@ class ZipfLanguage:
         return float(-np.sum(mu * np.log(mu)))
 
     def declared_strata(self) -> FrequencyStrata:
-        """HEAD/MID/TAIL of the stationary law ``μ`` (occurrence-mass tertiles, THEORY.md §3.5)."""
+        """HEAD/MID/TAIL of the stationary law ``μ`` (occurrence-mass tertiles, docs/theory.md §C.5)."""
         return frequency_strata(np.round(self.stationary() * STRATUM_COUNT_SCALE))
 
     def sample(self, n_sequences: int, length: int, seed: int, *, burn_in: int = 16) -> np.ndarray:
@@ -383,7 +383,7 @@ class FFNActivationCollector:
 class ToyRunConfig:
     """One run: model ``model``, optimizer ``optimizer``, ``steps`` of ``batch_size`` sequences of
     ``model.context`` tokens (each training sequence is seen once), warm-down over the last
-    ``warmdown_frac`` of the steps (lr factor ``(T − t)/T_wd``, no warm-up, THEORY.md §3.1),
+    ``warmdown_frac`` of the steps (lr factor ``(T − t)/T_wd``, no warm-up, docs/theory.md §C.1),
     ``eval_sequences`` held-out sequences for the loss and the activation spectra, ``seed`` for
     data order, initialisation and Dion's ``Q_0``; ``language`` the synthetic language."""
 
@@ -419,7 +419,7 @@ class ToyRunResult:
     seconds: float
 
     def layer_median(self, site: str, stratum: str, alpha: float) -> float:
-        """Median over layers of ``R_α`` (THEORY.md §3.6 step 2)."""
+        """Median over layers of ``R_α`` (docs/theory.md §C.6 step 2)."""
         return float(np.median([self.ranks[(layer, site, stratum)][alpha]
                                 for layer in range(self.config.model.n_layers)]))
 
@@ -439,7 +439,7 @@ def train_toy_gpt(cfg: ToyRunConfig) -> ToyRunResult:
     """Train one :class:`ToyGPT` with ``cfg.optimizer`` and measure FFN ranks per stratum at the end.
 
     Training data: ``steps · batch_size`` fresh sequences of length ``context + 1`` from
-    ``cfg.language`` (seed ``cfg.seed``); strata from their unigram counts (THEORY.md §3.5).  The
+    ``cfg.language`` (seed ``cfg.seed``); strata from their unigram counts (docs/theory.md §C.5).  The
     ranks are measured on ``eval_sequences`` held-out sequences (a different seed stream).
     """
     start = time.perf_counter()

@@ -2,7 +2,7 @@
 
 Every loss has ``value(X) -> float`` and ``grad(X) -> (N, d)`` with grad = dLoss/dx^i; for the
 token-separable losses Loss = (1/N) sum_i l(x^i), so grad^i = (1/N) grad l(x^i) = p_L^i of
-THEORY.md 1.2, and the N-scaled adjoint of the mean-field limit is P_1 = N grad.
+docs/theory.md §A.2, and the N-scaled adjoint of the mean-field limit is P_1 = N grad.
 
 Inputs (:func:`sample_tokens`) come from compact sets — the closed ball, the sphere or the cube of a
 given radius — because the uniform-in-inputs bounds of paper A are stated on compact sets.
@@ -57,7 +57,7 @@ def target_map(X: Any, *, kind: str = "tanh-linear", seed: int = 0, scale: float
 
 @dataclass
 class SquaredErrorLoss:
-    """Loss = (1/N) sum_i (1/2) |x^i - y^i|^2 on the final tokens; ``targets`` y (N, d)."""
+    """Loss ``(1/N) sum_i (1/2) |x^i - y^i|^2`` on the final tokens; ``targets`` y (N, d)."""
 
     targets: np.ndarray
 

@@ -1,4 +1,4 @@
-"""The reconstructed deep attention-only transformer of paper A (THEORY.md 1.2, [RECON]).
+"""The reconstructed deep attention-only transformer of paper A (docs/theory.md §A.2, [RECON]).
 
 Tokens x^1..x^N in R^d, layers r = 0..L-1, heads h = 1..H with theta_{r,h} = (Q, K, V, O),
 Q, K in R^{d_k x d}, V in R^{d_v x d}, O in R^{d x d_v}, stacked as ``params`` =
@@ -6,7 +6,7 @@ Q, K in R^{d_k x d}, V in R^{d_v x d}, O in R^{d x d_v}, stacked as ``params`` =
 
     x_{r+1}^i = x_r^i + sum_h c_{r,h} gamma(x_r^i, m_r^i, theta_{r,h}),
     gamma(x, m, theta) = O V int y pi_m(x, y) m(dy),   logits beta <Q x, K y>,  beta = 1/temperature,
-    c_{r,h} = residual_scale(L) * head_scale(H)          (defaults 1/L and 1/H: THEORY.md's scaling)
+    c_{r,h} = residual_scale(L) * head_scale(H)          (defaults 1/L and 1/H: docs/theory.md §A.2)
             = residual_scale(L) * head_weights[r, h]     (exact-expectation mode: atom weights of nu_t)
 
 with m_r^i = m_r^N = (1/N) sum_j delta_{x_r^j} (unmasked) or the prefix measure (1/i) sum_{j<=i}
@@ -14,12 +14,12 @@ delta_{x_r^j} (causal mask).  The scalings and the parameter law are OUR reconst
 discrete model is not public); both are configurable (``residual_scale``, ``head_scale``;
 ``head_scale=inverse_sqrt_heads`` is the deliberately wrong 1/sqrt(H) model).
 
-Backward pass: the adjoint recursion of THEORY.md 1.2 with p_r^i = dLoss/dx_r^i,
+Backward pass: the adjoint recursion of docs/theory.md §A.2 with p_r^i = dLoss/dx_r^i,
 
     p_r^i = p_{r+1}^i + sum_h c_{r,h} [ grad_x gamma_h(x_r^i, m_r^i)^T p_{r+1}^i
                                         + sum_j w_ji (d_mu gamma_h(x_r^j, m_r^j)(x_r^i))^T p_{r+1}^j ],
 
-w_ji = 1/N (unmasked; THEORY.md's (1/N) sum_j Lions term) or 1_{i<=j}/j (causal: token i influences
+w_ji = 1/N (unmasked; the Lions term of docs/theory.md §A.2) or 1_{i<=j}/j (causal: token i influences
 only the later tokens j >= i, each through its own prefix measure of i... j tokens), p_L = dLoss/dx_L;
 and dLoss/dtheta_{r,h} = c_{r,h} sum_i d_theta gamma(x_r^i, m_r^i, theta_{r,h})^T p_{r+1}^i.  The
 per-layer VJPs live in :mod:`transformer_limits.numeric.attention_layer` (backends numpy, blas, numba).
@@ -51,12 +51,12 @@ PARAM_NAMES = ("Q", "K", "V", "O")
 
 
 def inverse_depth(L: int) -> float:
-    """Residual scale 1/L (ODE / Euler scaling of THEORY.md 1.2)."""
+    """Residual scale 1/L (ODE / Euler scaling of docs/theory.md §A.2)."""
     return 1.0 / L
 
 
 def inverse_heads(H: int) -> float:
-    """Head scale 1/H (mean-field in heads, THEORY.md 1.2)."""
+    """Head scale 1/H (mean-field in heads, docs/theory.md §A.2)."""
     return 1.0 / H
 
 
@@ -71,7 +71,7 @@ def param_shapes(L: int, H: int, d: int, d_k: int, d_v: int) -> dict[str, tuple[
 
 def init_params(L: int, H: int, d: int, d_k: int, d_v: int, *, seed: int = 0, init: str = "xavier-uniform",
                 gain: float = 1.0) -> dict[str, np.ndarray]:
-    """i.i.d. head parameters with compact support (THEORY.md 1.2: "e.g. Xavier uniform").
+    """i.i.d. head parameters with compact support (docs/theory.md §A.2: "e.g. Xavier uniform").
 
     ``xavier-uniform``: every entry of a (rows x cols) matrix ~ U[-a, a], a = gain sqrt(6/(rows+cols));
     ``normal``: N(0, gain^2 / cols) (not compactly supported; for comparisons only).
@@ -120,7 +120,7 @@ class AttentionTransformer:
     causal : token i attends to j <= i (prefix measure)
     temperature : logits <Q x, K y> / temperature
     residual_scale, head_scale : L -> float, H -> float (defaults 1/L, 1/H)
-    backend : "numpy" (reference, THEORY.md adjoint with Lions tensors), "blas" (batched matmul
+    backend : "numpy" (reference, docs/theory.md §A.2 adjoint with Lions tensors), "blas" (batched matmul
         backprop) or "numba" (generated kernels, parallel over tokens)
     lions_term : False drops the Lions-derivative term from the adjoint (deliberately wrong model)
     """
@@ -203,7 +203,7 @@ class AttentionTransformer:
 
     def loss_and_grad(self, X0: Any, params: dict[str, Any], loss: Any, head_weights: Any = None):
         """(Loss value, gradients dict, ForwardPass, AdjointPass); ``loss`` has ``value(X_L)`` and
-        ``grad(X_L)`` (= dLoss/dx_L), e.g. :mod:`transformer_limits.numeric.transformer_losses`."""
+        ``grad(X_L)`` (= dLoss/dx_L), e.g. :class:`~transformer_limits.numeric.transformer_losses.SquaredErrorLoss`."""
         fwd = self.forward(X0, params, head_weights)
         adj = self.backward(fwd, params, loss.grad(fwd.states[-1]))
         return float(loss.value(fwd.states[-1])), adj.grads, fwd, adj

@@ -1,6 +1,6 @@
 """``adamw-box`` experiment support: train the paper-A discrete model with AdamW or Blockwise AdamW
 and record per-head parameter radii, so the verify layer can check ``box_holds`` (every head stays in
-S(R_theta) = {||Q||, ||K||, ||V||, ||O|| <= R_theta}, THEORY.md 1.4) and ``blockwise_dimension_free``
+S(R_theta) = {||Q||, ||K||, ||V||, ||O|| <= R_theta}, docs/theory.md §A.4) and ``blockwise_dimension_free``
 (the blockwise drift ||theta_k - theta_0|| per head does not grow with d).
 
 Radii per step k = 0..K, matrix in {Q, K, V, O}, layer r and head h: operator norm (largest singular

@@ -1,6 +1,6 @@
 """Derivation ``adamw-box``: the AdamW update bound ``C_β(k)`` and the parameter box ``R_θ(K)``.
 
-THEORY.md §1.4.  With ``m_k = (1−β1) Σ_{j<k} β1^j g_{k−j}`` and ``v_k ≥ (1−β2) β2^j g_{k−j}²`` for every
+docs/theory.md §A.4.  With ``m_k = (1−β1) Σ_{j<k} β1^j g_{k−j}`` and ``v_k ≥ (1−β2) β2^j g_{k−j}²`` for every
 ``j < k``, the triangle inequality gives, per coordinate (AdamW) or per block in Frobenius norm
 (Blockwise AdamW, ``v^B`` built from ``‖g^B‖_F²``),
 
@@ -295,7 +295,7 @@ def adamw_box(beta1: float, beta2: float, lr: float | None, weight_decay: float 
         summary=("Deterministic bound |m_hat_k|/sqrt(v_hat_k) <= C_beta(k) for AdamW (per coordinate) "
                  "and Blockwise AdamW (Frobenius per block), its sup C_beta(inf), and the box radius "
                  "R_theta(K) <= max(R_0, C_beta/lambda) under torch's decoupled weight decay "
-                 "(THEORY.md 1.4)."),
+                 "(docs/theory.md §A.4)."),
         expressions=expressions,
         generic_latex=dict(GENERIC_LATEX),
         assumptions=assumptions,

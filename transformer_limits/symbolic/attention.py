@@ -1,4 +1,4 @@
-"""Calculus of softmax attention as a function of the token measure (THEORY.md section 1.3).
+"""Calculus of softmax attention as a function of the token measure (docs/theory.md §A.3).
 
 For a probability measure mu on R^d and head parameters Q, K in R^{d_k x d}, V in R^{d_v x d},
 

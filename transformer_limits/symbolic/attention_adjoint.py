@@ -1,4 +1,4 @@
-"""Vector-Jacobian products (VJPs) of multi-head softmax attention: the adjoint of THEORY.md 1.2.
+"""Vector-Jacobian products (VJPs) of multi-head softmax attention: the adjoint of docs/theory.md §A.2.
 
 One layer of the reconstructed model maps the tokens X = (x^1..x^N) to the field
 
@@ -13,8 +13,8 @@ of the layer is
                      + sum_i w_ij (d_mu A_h(x^i, m^i)(x^j))^T g_h^i ],     g_h^i = c_h O_h^T p^i,
 
 with w_ij = 1/N (unmasked) or 1_{j<=i}/i (causal): the first term is the spatial-Jacobian term,
-the second the Lions-derivative (interaction) term of THEORY.md 1.2.  Expanding the closed forms of
-THEORY.md 1.3 with P_ij = w_ij pi(x^i, x^j) (a row-stochastic matrix) gives the loop-friendly form
+the second the Lions-derivative (interaction) term of docs/theory.md §A.2.  Expanding the closed forms of
+docs/theory.md §A.3 with P_ij = w_ij pi(x^i, x^j) (a row-stochastic matrix) gives the loop-friendly form
 
     sbar_ij = P_ij <g^i, V x^j - A^i> = w_ij <g^i, dA/dmu(x^i, m^i)(x^j)>     (pair score)
     qbar^i  = sum_j sbar_ij d logit/d q = beta sum_j sbar_ij K x^j           (query cotangent)
@@ -28,7 +28,7 @@ dV = sum_j vbar^j x^{jT}, dO = c sum_i p^i A^{iT}.  Nothing of size N x N x d x 
 ``adjoint_pieces`` derives each per-token / per-pair piece with SymPy (derivatives of the logit,
 of the output projection and of the feature maps); the derivation ``attention-adjoint`` checks at
 50 digits that the assembled VJP equals SymPy's own gradient of sum_i <g^i, A(x^i, m^i)>, masked
-and unmasked, and equals the THEORY.md form built from the closed Jacobian and Lions derivative.
+and unmasked, and equals the docs/theory.md §A.2 form built from the closed Jacobian and Lions derivative.
 Loop templates: :mod:`transformer_limits.symbolic.attention_adjoint_kernels`.
 """
 
@@ -133,7 +133,7 @@ def layer_vjp_symbolic(d: int, d_k: int, d_v: int, n_tokens: int, causal: bool):
     objective = sum_i <g^i, A(x^i, m^i)>; ``assembled`` is the loop form of the module docstring
     (pair scores -> feature cotangents -> Q^T qbar + K^T kbar + V^T vbar); ``theory`` is
     grad_x A(x^j, m^j)^T g^j + sum_i w_ij (d_mu A(x^i, m^i)(x^j))^T g^i from the closed forms of
-    THEORY.md 1.3.  Both must equal the SymPy gradient of the objective.
+    docs/theory.md §A.3.  Both must equal the SymPy gradient of the objective.
     """
     X = [sp.Matrix(_syms(f"x{i}", d)) for i in range(n_tokens)]
     Q, K, V = _matrix("Q", d_k, d), _matrix("K", d_k, d), _matrix("V", d_v, d)
@@ -159,7 +159,7 @@ def layer_vjp_symbolic(d: int, d_k: int, d_v: int, n_tokens: int, causal: bool):
     vbar = [sum((P[i][j] * G[i] for i in range(n_tokens) if (i, j) in sb), sp.zeros(d_v, 1))
             for j in range(n_tokens)]
     assembled = [Q.T * qbar[j] + K.T * kbar[j] + V.T * vbar[j] for j in range(n_tokens)]
-    # THEORY.md form: Jacobian term + Lions term with the closed forms (pi = n_i P_ij)
+    # docs/theory.md §A.2 form: Jacobian term + Lions term with the closed forms (pi = n_i P_ij)
     theory = []
     for j in range(n_tokens):
         jac = sum((P[j][k] * (V * X[k] - A[j]) * (beta * Q.T * K * X[k]).T for k in visible(j)),
@@ -211,7 +211,7 @@ def _attention_adjoint(d: int, d_k: int, d_v: int, n_tokens: int, seed: int) -> 
         if not res < 1e-40:  # pragma: no cover - would be a derivation bug
             raise RuntimeError(f"attention-adjoint ({tag}): residual {res:g}")
         checks.append(f"{tag}: the assembled VJP (pair scores -> Q^T qbar + K^T kbar + V^T vbar) and the "
-                      f"THEORY.md form (Jacobian + Lions term with weights w_ij) both equal SymPy's gradient of "
+                      f"docs/theory.md §A.2 form (Jacobian + Lions term with weights w_ij) both equal SymPy's gradient of "
                       f"sum_i <g^i, A(x^i, m^i)> at a random point (N={n_tokens}, 50 digits, residual {res:.1e}).")
     checks.append("Generated numba kernels agree with the NumPy reference adjoint to 1e-12 and pass the "
                   "gradient Taylor test at rate 2 (tests/test_transformer_model.py).")

@@ -1,4 +1,4 @@
-"""Global bounds on softmax attention and its derivatives (THEORY.md 1.3), each one attained.
+"""Global bounds on softmax attention and its derivatives (docs/theory.md §A.3), each one attained.
 
 If supp mu ⊂ B(0, R), ||Q^T K|| <= R_theta^2 and ||V|| <= R_theta^2 (operator norms; fold a head's
 output matrix O into V, i.e. ||O V|| <= R_theta^2), then for |x| = r:

@@ -1,6 +1,6 @@
 """The :class:`Derivation` record and the registry of named derivations.
 
-A derivation is a named piece of mathematics (THEORY.md symbols) produced by SymPy once: the
+A derivation is a named piece of mathematics (symbols of docs/theory.md §0.3) produced by SymPy once: the
 expressions, the assumptions under which they hold, how they were checked, and — when numeric
 parameters are given — their numeric values.  Builders register themselves with
 :func:`register_derivation`; users call :func:`derivation` (also exported at the package top level)
@@ -128,7 +128,7 @@ class Derivation:
         Named SymPy objects (``Expr`` or ``Matrix``) produced by the derivation, componentwise for
         the concrete shapes in ``params``.
     generic_latex:
-        Named formulas in generic matrix form (THEORY.md notation), written once by hand and
+        Named formulas in generic matrix form (docs/theory.md §0.3 notation), written once by hand and
         *checked* against ``expressions`` by the derivation itself.
     assumptions:
         Conditions under which the formulas hold.
@@ -153,7 +153,7 @@ class Derivation:
 
     @property
     def latex(self) -> dict[str, str]:
-        """Named LaTeX formulas: the generic matrix forms, then every componentwise expression."""
+        """Named LaTeX formulas (the generic matrix forms, then every componentwise expression)."""
         out = dict(self.generic_latex)
         for key, expr in self.expressions.items():
             out.setdefault(key, sp.latex(expr))
@@ -281,6 +281,8 @@ def _jsonable(obj: Any) -> Any:
 
 @dataclass(frozen=True)
 class DerivationSpec:
+    """A registered derivation: its name, title, builder and the parameters the builder accepts."""
+
     name: str
     title: str
     builder: Callable[..., Derivation]
@@ -331,6 +333,7 @@ def _discover() -> None:
 
 
 def derivation_spec(name: str) -> DerivationSpec:
+    """The registered derivation ``name``; ``ValueError`` listing the known names when unknown."""
     _discover()
     try:
         return _REGISTRY[name]

@@ -1,4 +1,5 @@
-"""Render every registered derivation as Markdown (``derive --all --out DIR``, ``docs/derivations``).
+"""Render every registered derivation as Markdown and as HTML with MathML formulas (``derive --all
+--out DIR``, ``docs/derivations``).
 
 Output is deterministic for fixed package and SymPy versions, so a test can check that the committed
 ``docs/derivations`` folder is up to date.
@@ -11,6 +12,7 @@ from pathlib import Path
 import sympy as sp
 
 from transformer_limits.atomic_write import staged_directory
+from transformer_limits.mathml import derivation_html
 from transformer_limits.symbolic.derivation import derivation, list_derivations
 
 __all__ = ["render_derivation_docs", "write_derivation_docs"]
@@ -33,10 +35,11 @@ def render_derivation_docs() -> dict[str, str]:
     for spec in list_derivations():
         result = derivation(spec.name)
         files[f"{spec.name}.md"] = result.to_markdown()
+        files[f"{spec.name}.html"] = derivation_html(result)  # the same page, formulas as MathML
         for filename, source in result.kernels.items():
             files[f"kernels/{filename}"] = source
         params = ", ".join(f"`{p.name}={p.default}`" for p in spec.params) or "—"
-        index.append(f"| [`{spec.name}`]({spec.name}.md) | {spec.title} | {params} |")
+        index.append(f"| [`{spec.name}`]({spec.name}.md) ([HTML]({spec.name}.html)) | {spec.title} | {params} |")
     files["index.md"] = "\n".join(index) + "\n"
     return files
 

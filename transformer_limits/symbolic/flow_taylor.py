@@ -1,4 +1,4 @@
-"""Taylor block expansions of the flow map of the N-particle McKean-Vlasov ODE (THEORY.md 1.2-1.3).
+"""Taylor block expansions of the flow map of the N-particle McKean-Vlasov ODE (docs/theory.md §A.2–A.3).
 
 N particles X = (X^1..X^N), X^i in R^d, move by the autonomous MV-ODE (paper A's forward limit with
 the head law nu frozen over the block)
@@ -22,8 +22,8 @@ where D is the derivative of the *system* field X -> F(X) in R^{N d}.  Through t
 The derivation ``flow-taylor`` checks these coefficients componentwise for a concrete small case
 (single-head softmax attention F = A(x, mu) with V standing for O V, d x d, ``n_particles`` particles):
 SymPy iterates L on the N-particle system (the exact Taylor series of the autonomous ODE), and the
-coefficients are assembled from the measure derivatives of A — the first-order ones from the THEORY.md
-closed forms (:func:`~transformer_limits.symbolic.attention.closed_jacobian`, ``closed_lions``), the
+coefficients are assembled from the measure derivatives of A — the first-order ones from the docs/theory.md
+§A.3 closed forms (:func:`~transformer_limits.symbolic.attention.closed_jacobian`, ``closed_lions``), the
 second-order ones by SymPy from their definitions (grad_x and grad_z of d_mu A, and the second Lions
 derivative d_mu^2 A(x)(z, z') = grad_{z'} of the flat derivative of mu -> d_mu A(x, mu)(z)).  Equality is
 decided by :func:`~transformer_limits.symbolic.attention.prove_identity` (exponentials named, exact
@@ -156,7 +156,7 @@ def lie_series(s: AttentionSymbols, order: int) -> list[list[sp.Matrix]]:
 @lru_cache(maxsize=8)
 def _measure_derivatives(d: int, d_k: int, n: int) -> dict[str, sp.Matrix]:
     """Directional measure derivatives of A at a generic (x, mu, z, z'), directions a (at x), b (at z),
-    c (at z'): first order from the THEORY.md closed forms, second order by SymPy from definitions."""
+    c (at z'): first order from the docs/theory.md §A.3 closed forms, second order by SymPy from definitions."""
     s = attention_symbols(d, d_k, d, n)
     a, b, c = (sp.Matrix(_POINT_SYMBOLS[k](s)) for k in ("a", "b", "c"))
     z2 = sp.Matrix(_POINT_SYMBOLS["z2"](s))

@@ -1,6 +1,6 @@
 """Gaussian expectations with mpmath precision control (Gauss–Hermite and adaptive references).
 
-Infrastructure for derivations that need numbers a closed form does not give (THEORY.md §2.2:
+Infrastructure for derivations that need numbers a closed form does not give (docs/theory.md §B.2:
 ``k(1) = E[φ(X/√d + σ_U b)²] + σ_W²`` for a general activation φ).  Everything here is mpmath
 scalars and tuples — no NumPy arrays — and every routine takes ``dps`` (decimal digits).
 

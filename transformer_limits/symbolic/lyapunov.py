@@ -1,4 +1,4 @@
-"""Top Lyapunov exponent λ_1, the synchronisation constant λ̄ and λ̄' (THEORY.md §2.6–2.7).
+"""Top Lyapunov exponent λ_1, the synchronisation constant λ̄ and λ̄' (docs/theory.md §B.6–B.7).
 
 For the pure-noise flow ``dX = −k(1)(d−1)/2 X dt + P_X Σ_k σ_k(X) dB^k`` on S^{d−1}::
 
@@ -458,7 +458,7 @@ GENERIC_LATEX = {
                      params=LYAPUNOV_PARAMS)
 def lyapunov(activation: str, d: int, sigma_u: float, sigma_w: float, digits: int, beta: float,
              n_max: int) -> Derivation:
-    """λ_1, λ̄, λ̄' (THEORY.md §2.6–2.7) with SymPy proofs and Gegenbauer/quadrature checks."""
+    """λ_1, λ̄, λ̄' (docs/theory.md §B.6–B.7) with SymPy proofs and Gegenbauer/quadrature checks."""
     kernel = ZonalKernel(activation, d, sigma_u, sigma_w, dps=digits)
     checks = list(_symbolic_checks())
     with mpmath.workdps(digits + GUARD_DIGITS):

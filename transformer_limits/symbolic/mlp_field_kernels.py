@@ -1,7 +1,7 @@
 """Loop templates for the random-MLP field and its zonal kernel matrix, filled with generated code.
 
 The scalar formulas come from SymPy: the activation φ (:func:`transformer_limits.symbolic.mlp_kernel.
-activation`) and, for ReLU, the arc-cosine closed form ``k(ρ)`` (THEORY.md §2.2).  This module only
+activation`) and, for ReLU, the arc-cosine closed form ``k(ρ)`` (docs/theory.md §B.2).  This module only
 decides where they run (one source file per flavour, stored in the kernel cache):
 
 ``python-numpy``  vectorised NumPy (the reference);

@@ -1,4 +1,4 @@
-"""Zonal covariance k(t) of the Gaussian-field limit of the random MLP (THEORY.md §2.2).
+"""Zonal covariance k(t) of the Gaussian-field limit of the random MLP (docs/theory.md §B.2).
 
 For the width-m MLP ``G^m(y) = (1/√m) W φ((1/√d) U y + b_U) + b_W`` on the sphere S^{d−1},
 ``E[G^m(x) G^m(y)^T] = k(⟨x, y⟩) Id`` with, for X, Y, b i.i.d. N(0, 1),
@@ -172,7 +172,7 @@ def _normalised_hermite(z, n: int) -> list:
 
 
 class ZonalKernel:
-    """k(t) of THEORY.md §2.2 for one ``(activation, d, σ_U, σ_W)`` at ``dps`` digits.
+    """k(t) of docs/theory.md §B.2 for one ``(activation, d, σ_U, σ_W)`` at ``dps`` digits.
 
     ``k1``/``dk1`` and ``k_quadrature``/``dk_quadrature`` return :class:`Estimate` (value and
     error); ``k(t)``/``dk(t)`` are fast mpmath evaluations (closed form for ReLU, Mehler series
@@ -358,7 +358,7 @@ def kernel_numeric_checks(kernel: ZonalKernel, t) -> list[str]:
                      params=KERNEL_PARAMS)
 def mlp_kernel(activation: str, d: int, sigma_u: float, sigma_w: float, t: float | None,
                digits: int) -> Derivation:
-    """k(t), k(1), k'(1) of THEORY.md §2.2 (closed form for ReLU, quadrature otherwise)."""
+    """k(t), k(1), k'(1) of docs/theory.md §B.2 (closed form for ReLU, quadrature otherwise)."""
     kernel = ZonalKernel(activation, d, sigma_u, sigma_w, dps=digits)
     act = kernel.act
     if kernel.closed_form:

@@ -1,0 +1,86 @@
+"""Rate claims, fits with confidence intervals, verdicts, sweeps and experiments: the public API.
+
+The names in ``__all__`` are what users call; every other module and name is internal and may
+change.  Each name is imported from its module on first use (PEP 562), so
+``import transformer_limits.verify`` stays light (no SymPy, SciPy or Numba until a name needs it).
+
+* claims: :func:`parse_rate_claim`, :class:`RateClaim`, :class:`RateTerm`
+  (docs/verification.md);
+* your own data: :func:`rate_check`, :class:`RateCheckResult` (docs/rate_check.md);
+* fits: :func:`fit_power_law` (``log ē = log C + q log p``), :func:`fit_rate_claim`
+  (``ē ≈ Σ_k C_k m_k``), :func:`local_orders`, :func:`choose_asymptotic_window`;
+* verdicts (tests whose null hypothesis is the claim, false-failure rate ``alpha``):
+  :func:`rate_at_least`, :func:`exponent_equals`, :func:`slope_zero`, :func:`constant_below`,
+  :func:`fit_adequate`, their result :class:`Check`, and :func:`assert_rate` for pytest;
+* Taylor-remainder tests: :func:`taylor_test`;
+* experiments and sweeps: :class:`Experiment`, :class:`ExperimentConfig`,
+  :class:`ExperimentResult`, :func:`register_experiment`, :func:`run_experiment`,
+  :func:`run_points`, :func:`run_sweep` (docs/extending.md, docs/sweeps.md).
+
+Modules stay importable by path, e.g. ``from transformer_limits.verify.experiment import Figure``.
+"""
+
+from transformer_limits.lazy_exports import install_lazy_exports
+
+# public name -> module of this package that defines it
+_EXPORTS = {
+    # rate claims
+    "parse_rate_claim": "rate_claims",
+    "RateClaim": "rate_claims",
+    "RateTerm": "rate_claims",
+    # a claimed rate on the user's own data
+    "rate_check": "rate_check",
+    "RateCheckResult": "rate_check",
+    "read_rate_data": "rate_check",
+    "RateData": "rate_check",
+    # fits
+    "fit_power_law": "rate_fit",
+    "PowerLawFit": "rate_fit",
+    "fit_rate_claim": "rate_fit",
+    "MultiTermFit": "rate_fit",
+    "FitQuality": "rate_fit",
+    "Estimate": "rate_fit",
+    "local_orders": "rate_fit",
+    "LocalOrders": "rate_fit",
+    "choose_asymptotic_window": "rate_fit",
+    "AsymptoticWindow": "rate_fit",
+    # verdicts
+    "Check": "verdicts",
+    "rate_at_least": "verdicts",
+    "exponent_equals": "verdicts",
+    "slope_zero": "verdicts",
+    "constant_below": "verdicts",
+    "fit_adequate": "verdicts",
+    "assert_rate": "assertions",
+    "taylor_test": "taylor",
+    "TaylorResult": "taylor",
+    # experiments
+    "Experiment": "experiment",
+    "ExperimentConfig": "experiment",
+    "ExperimentResult": "experiment",
+    "Figure": "experiment",
+    "register_experiment": "experiment",
+    "list_experiments": "experiment",
+    "experiment_spec": "experiment",
+    "load_experiment_file": "experiment",
+    "plugin_errors": "experiment",
+    "missing_requirement": "experiment",
+    "run_experiment": "experiment",
+    "run_points": "experiment",
+    "jsonable_settings": "experiment",
+    "RateSeries": "rate_plots",
+    "rate_figure": "rate_plots",
+    # sweeps
+    "run_sweep": "sweep",
+    "load_sweep": "sweep",
+    "load_grid": "sweep",
+    "Grid": "sweep",
+    "Factor": "sweep",
+    "GridPoint": "sweep",
+    "PointRecord": "sweep",
+    "SweepStore": "sweep",
+    "SweepResult": "sweep",
+    "SweepError": "sweep",
+}
+
+__all__ = install_lazy_exports(__name__, _EXPORTS)

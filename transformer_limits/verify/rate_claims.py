@@ -1,10 +1,10 @@
 """Rate claims: sums of monomial terms in named refinement parameters.
 
-A convergence claim such as THEORY.md §1.5,
+A convergence claim such as docs/theory.md §A.5,
 
     err(L, H) ≤ C1 L^{-1} + C2 L^{-1/3} H^{-1/2},
 
-or §2.4,
+or §B.4,
 
     E sup_t (1/N) Σ_i |X^i_{⌊Lt/T⌋} − X̄^i_t|² ≤ c_{N,T} (log L / L + 1/m),
 
@@ -234,7 +234,7 @@ class RateClaim:
     """A claimed bound ``err ≲ Σ_k C_k m_k(params)`` with its error functional and coupling.
 
     ``terms``: the monomials m_k with named non-negative constants C_k (distinct names, distinct
-    monomials).  ``error_functional``: one of :data:`ERROR_FUNCTIONALS`; ``test_function`` names f for
+    monomials).  ``error_functional``: one of ``ERROR_FUNCTIONALS``; ``test_function`` names f for
     a weak error (required then).  ``coupling``: how discrete and limiting objects share randomness
     across refinement levels (e.g. "Brownian increments summed from the finest grid; Basteri–Trevisan
     coupling of G^m to G").

@@ -769,7 +769,7 @@ def fit_rate_claim(
     (``"paired"``).  ``method`` is the default CI method: ``"percentile"`` (robust when a constant sits
     at the boundary 0) or ``"bca"`` (jackknife of at most ``max_jackknife`` refits, else percentile).
     ``reweight``: passes of dividing rows by the fitted instead of the observed error (0 = rows divided
-    by the observed error only; see :func:`_relative_nnls`).
+    by the observed error only; see ``_relative_nnls``).
     """
     _check_options(resample, aggregate, n_boot, confidence)
     if method not in ("bca", "percentile", "conservative"):

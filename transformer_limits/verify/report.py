@@ -295,8 +295,10 @@ def _html_table(head: list[str], rows: list[list[str]], classes: list[str] | Non
 
 
 def _html_page(title: str, body: list[str]) -> str:
+    from transformer_limits.mathml import MATH_CSS  # formulas are MathML: typeset without scripts
+
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>\n"
+            f"<title>{_e(title)}</title><style>{_CSS}{MATH_CSS}</style></head><body>\n"
             + "\n".join(body) + "\n</body></html>\n")
 
 
@@ -307,16 +309,24 @@ def _verdict_badge(passed: bool | str, text: str) -> str:
 
 
 def _html(payload: dict, pngs: dict[str, bytes]) -> str:
+    # rate parts of the claims typeset as MathML (docs/reports.md); report.md keeps the plain text
+    from transformer_limits.mathml import claim_html
+
     body = [f"<h1>{_e(payload['title'])} (<code>{_e(payload['experiment'])}</code>)</h1>",
             f"<p>{_verdict_badge(_status(payload), _summary_line(payload))} "
             f"<span class=\"small\">paper {_e(payload['paper'])}</span></p>",
-            "<h2>Claim</h2>", f"<p>{_e(payload['claim'])}</p>"]
+            "<h2>Claim</h2>", f"<p>{claim_html(payload['claim'])}</p>"]
     if payload["derivations"]:
         body += ["<h2>Derivations</h2>", "<ul>"] + [
-            f'<li><a href="derivations/{_e(d)}.md">{_e(d)}</a> '
-            f'(<code>transformer-limits derive {_e(d)}</code>)</li>' for d in payload["derivations"]] + ["</ul>"]
+            f'<li><a href="derivations/{_e(d)}.html">{_e(d)}</a> '
+            f'(<a href="derivations/{_e(d)}.md">Markdown</a>; '
+            f'<code>transformer-limits derive {_e(d)}</code>)</li>' for d in payload["derivations"]] + ["</ul>"]
     head, rows, passed = _check_rows(payload["checks"])
-    body += ["<h2>Checks</h2>", _html_table(head, rows, ["pass" if p else "fail" for p in passed])]
+    table = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
+    for row, ok in zip(rows, passed):  # as _html_table, with the claim column (index 2) typeset
+        cells = [claim_html(c) if j == 2 else _e(c) for j, c in enumerate(row)]
+        table.append(f'<tr class="{"pass" if ok else "fail"}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    body += ["<h2>Checks</h2>", "".join(table) + "</table>"]
     if payload["fits"]:
         body += ["<h2>Fits</h2>", "<ul>"] + [
             f"<li><b>{_e(k)}</b>: {_e(_fit_summary(v))}<details><summary>data</summary>"
@@ -395,7 +405,9 @@ def report_entries(out_dir: Path) -> list[str]:
 
 
 def _write_derivation_pages(stage: Path, names: Sequence[str]) -> None:
-    """The derivations an experiment rests on, as Markdown next to the report (links stay local)."""
+    """The derivations an experiment rests on, as Markdown and as HTML with MathML formulas next to
+    the report (links stay local; the kernel sources are not copied, so neither page lists them)."""
+    from transformer_limits.mathml import derivation_html
     from transformer_limits.symbolic.derivation import derivation
 
     for name in names:
@@ -403,12 +415,17 @@ def _write_derivation_pages(stage: Path, names: Sequence[str]) -> None:
         page.parent.mkdir(exist_ok=True)
         text = derivation(name).to_markdown().split("## Generated kernels")[0].rstrip() + "\n"
         page.write_text(text, encoding="utf-8")
+        page.with_suffix(".html").write_text(derivation_html(derivation(name), kernels=False), encoding="utf-8")
 
 
 def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir: str | Path,
-                profile: str) -> dict:
+                profile: str, not_run: Sequence[dict] = ()) -> dict:
     """Write ``index.md``, ``index.html`` and ``summary.json`` for a ``report`` run into ``out_dir``
-    (experiment reports in ``out_dir/<name>/``); returns the ``summary.json`` payload."""
+    (experiment reports in ``out_dir/<name>/``); returns the ``summary.json`` payload.
+
+    ``not_run``: the registered experiments that did not run, each ``{name, title, paper, reason, ...}``
+    (``commands.report.not_run_experiments``); listed with their reason in all three files
+    (``summary.json``: the ``not_run`` list)."""
     entries = []
     for exp, res in results:
         run_s = res.provenance.get("timings", {}).get("run_s")
@@ -429,7 +446,8 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
         "n_passed": sum(e["passed"] for e in entries),
         "n_errors": sum(e["status"] == "error" for e in entries),
         "total_time_s": sum(e["time_s"] or 0.0 for e in entries),
-        "experiments": entries, "versions": env["versions"], "git_commit": env["git_commit"],
+        "experiments": entries, "not_run": [dict(e) for e in not_run],
+        "versions": env["versions"], "git_commit": env["git_commit"],
     })
     head = ["experiment", "paper", "verdict", "checks", "time (s)", "title"]
     word = {"pass": "pass", "fail": "FAIL", "error": "ERROR"}
@@ -449,13 +467,21 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
     if crashed:
         md += ["## Crashed experiments (ERROR, not a failed check)", ""] + [
             f"- {e['name']}: {_md_escape(e['error'])}" for e in crashed] + [""]
+    skipped = summary["not_run"]
+    if skipped:
+        md += ["## Not run", ""] + _md_table(["experiment", "paper", "why not", "title"], [
+            [e["name"], e["paper"], e["reason"], e["title"]] for e in skipped]) + [""]
     table = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for e, r in zip(entries, rows):
         cells = [f'<a href="{_e(e["html"])}">{_e(r[0])}</a>'] + [_e(c) for c in r[1:]]
         table.append(f'<tr class="{e["status"]}">'
                      + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     body = [f"<h1>transformer_limits verification report ({_e(profile)})</h1>",
-            f"<p>{_verdict_badge(summary['status'], verdict)}</p>", "".join(table) + "</table>",
+            f"<p>{_verdict_badge(summary['status'], verdict)}</p>", "".join(table) + "</table>"]
+    if skipped:
+        body += ["<h2>Not run</h2>", _html_table(["experiment", "paper", "why not", "title"], [
+            [e["name"], e["paper"], e["reason"], e["title"]] for e in skipped])]  # cells escaped there
+    body += [
             f"<p class=\"small\">git commit <code>{_e(env['git_commit'] or 'not in a git checkout')}</code>; "
             + _e(", ".join(f"{k} {v}" for k, v in env["versions"].items())) + "</p>"]
     with staged_directory(out_dir) as stage:

@@ -1,4 +1,4 @@
-"""Power-law fits ``log R = c + β log D`` of rank versus FFN width (THEORY.md §3.6–3.7).
+"""Power-law fits ``log R = c + β log D`` of rank versus FFN width (docs/theory.md §C.6–C.7).
 
 * **OLS t-interval (the authors').** ``β`` and its standard error from
   :func:`scipy.stats.linregress` on ``(log D, log R)`` (natural logs), 95% interval

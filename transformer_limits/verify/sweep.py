@@ -78,6 +78,9 @@ STORE_LOCK_TIMEOUT_S = 10.0
 SCHEDULER_TIMEOUT_S = 10.0
 #: times a process pool broken by a killed worker is replaced (unfinished points resubmitted)
 POOL_RESTARTS = 2
+#: seconds between checks, while waiting for a dask sweep's points, that its scheduler still has a
+#: worker (dask holds the tasks of a cluster whose workers all died and waits for new ones forever)
+WORKER_WATCH_S = 5.0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -218,7 +221,7 @@ class Factor:
 class GridPoint:
     """One expanded grid point: position ``index`` in the grid, store ``key`` and ``params``.
 
-    ``key`` is :func:`canonical_json` of the parameters without derived seeds; ``params`` (what the
+    ``key`` is ``canonical_json`` of the parameters without derived seeds; ``params`` (what the
     sweep function receives) adds the derived seeds.
     """
 
@@ -243,7 +246,7 @@ class Grid:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """Every parameter name a point carries: fixed, factor names, then derived seed names."""
+        """Every parameter name a point carries (fixed, factor names, then derived seed names)."""
         seeds = tuple(f.seed_name for f in self.factors if f.seed_name is not None)
         return tuple(self.fixed) + tuple(n for f in self.factors for n in f.names) + seeds
 
@@ -486,7 +489,7 @@ class SweepStore:
     naming the store, for each problem): a regular file with the SQLite header, ``PRAGMA
     quick_check`` clean, schema version and columns this code writes (or an empty database),
     writable, and not locked by another process for more than ``timeout`` seconds (default
-    :data:`STORE_LOCK_TIMEOUT_S`).  A store file this call created is removed again when opening
+    ``STORE_LOCK_TIMEOUT_S``).  A store file this call created is removed again when opening
     fails (no 0-byte leftovers on a full or read-only file system).  A write that fails mid-run
     (disk full, file made read-only) raises :class:`transformer_limits.errors.EnvironmentFailure`.
     """
@@ -1012,10 +1015,27 @@ class _DaskExecutor:
         except (OSError, TimeoutError):
             if self._own:
                 self._client.close()
-            raise SchedulerError(f"scheduler {getattr(self._client, 'scheduler', scheduler)!s} has no worker "
+            where = scheduler if isinstance(scheduler, str) else _client_address(self._client)
+            raise SchedulerError(f"scheduler {where} has no worker "
                                  f"(none joined within {SCHEDULER_TIMEOUT_S:g} s)") from None
+        self.address = scheduler if isinstance(scheduler, str) else _client_address(self._client)
         self._executor = self._client.get_executor(pure=False)
         self.capacity = 2 * max(1, sum(self._client.nthreads().values()))
+        self._workerless_since: float | None = None
+
+    def workerless_for(self) -> float:
+        """Seconds the scheduler has had no worker (0 while it has one; unreachable counts as none)."""
+        try:
+            n_workers = len(self._client.scheduler_info().get("workers", {}))
+        except Exception:  # noqa: BLE001 - a scheduler that cannot answer has no usable worker either
+            n_workers = 0
+        now = time.monotonic()
+        if n_workers:
+            self._workerless_since = None
+            return 0.0
+        if self._workerless_since is None:
+            self._workerless_since = now
+        return now - self._workerless_since
 
     def submit(self, fn, /, *args):
         return self._executor.submit(fn, *args)
@@ -1026,6 +1046,13 @@ class _DaskExecutor:
         finally:
             if self._own:
                 self._client.close()
+
+
+def _client_address(client: Any) -> str:
+    """The scheduler address of a ``distributed.Client`` (its ``scheduler`` is None before it connects)."""
+    rpc = getattr(client, "scheduler", None)
+    return str(getattr(rpc, "address", None) or getattr(getattr(client, "cluster", None), "scheduler_address", None)
+               or "(unknown address)")
 
 
 def _make_executor(workers: int, scheduler: Any, mp_context: Any) -> tuple[Any, int]:
@@ -1226,7 +1253,14 @@ def _drive(fn, todo: list[GridPoint], store: SweepStore, experiment: str, chash:
         while pending or not healthy:
             lost: list[GridPoint] = []
             if pending:
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                watch = getattr(executor, "workerless_for", None)
+                done, _ = wait(list(pending), timeout=WORKER_WATCH_S if watch else None,
+                               return_when=FIRST_COMPLETED)
+                if not done and watch is not None and watch() > SCHEDULER_TIMEOUT_S:
+                    raise EnvironmentFailure(
+                        f"sweep {experiment!r}: scheduler {executor.address} has had no worker for over "
+                        f"{SCHEDULER_TIMEOUT_S:g} s (all died or left); {len(pending) + len(queue)} points "
+                        "unfinished, rerun with the same --store to resume")
                 for future in done:
                     point = pending.pop(future)
                     if isinstance(future.exception(), BrokenExecutor):

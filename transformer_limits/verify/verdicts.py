@@ -240,7 +240,7 @@ def _two_sided(fit: PowerLawFit, name: str, text: str, expected: float, alpha: f
 
 def exponent_equals(fit: PowerLawFit, expected: float | str | RateClaim, alpha: float = DEFAULT_ALPHA, *,
                     tolerance: float = 0.0, method: str | None = None) -> Check:
-    """"The exponent is q₀": two-sided test of H0 |q − q₀| ≤ ``tolerance``.
+    """"The exponent is q₀": two-sided test of H0 ``|q − q₀| ≤ tolerance``.
 
     Passes when the two-sided (1 − α) CI of q meets [q₀ − tol, q₀ + tol].  ``tolerance`` is an explicit
     allowance for pre-asymptotic bias (0 by default: a plain CI test).  False-failure rate ≤ α
@@ -254,7 +254,7 @@ def exponent_equals(fit: PowerLawFit, expected: float | str | RateClaim, alpha: 
 def slope_zero(fit: PowerLawFit, alpha: float = DEFAULT_ALPHA, *, tolerance: float = 0.0,
                method: str | None = None) -> Check:
     """"The error does not depend on p" (e.g. N-independence of a sup-over-inputs error): two-sided
-    test of H0 |q| ≤ ``tolerance`` on the log-log slope.  False-failure rate ≤ α (two-sided)."""
+    test of H0 ``|q| ≤ tolerance`` on the log-log slope.  False-failure rate ≤ α (two-sided)."""
     _require_power_law(fit, "slope_zero")
     return _two_sided(fit, "slope_zero", f"err independent of {fit.param} (slope 0)", 0.0, alpha, tolerance,
                       method)

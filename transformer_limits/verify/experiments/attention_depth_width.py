@@ -1,7 +1,7 @@
 """Paper A: depth/width rates of the attention-only transformer, at init and after AdamW steps
 (experiment ``attention-depth-width``).
 
-Claim (THEORY.md §1.1/§1.5): the discrete model (L layers, H i.i.d. heads, N tokens) converges to the
+Claim (docs/theory.md §A.1/§A.5): the discrete model (L layers, H i.i.d. heads, N tokens) converges to the
 forward MV-ODE uniformly over inputs in a compact set at rate O(L^-1 + L^-1/3 H^-1/2), also after
 training with AdamW.
 

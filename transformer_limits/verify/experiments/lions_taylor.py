@@ -1,6 +1,6 @@
 """Paper A: Taylor-remainder rates of the attention expansions (experiment ``lions-taylor``).
 
-Lions derivative (THEORY.md §1.3).  Move the atoms of an empirical measure m^N = Σ_j w_j δ_{y^j}
+Lions derivative (docs/theory.md §A.3).  Move the atoms of an empirical measure m^N = Σ_j w_j δ_{y^j}
 (w_j = 1/N, or random weights in the full profile) to y^j + h δ_j.  Then
 
     A(x, m^N_h) = A(x, m^N) + h Σ_j w_j ∂_μA(x, m^N)(y^j) δ_j + O(h²),
@@ -237,7 +237,7 @@ register_experiment(Experiment(
     paper="A",
     claim=("For the empirical measure m^N with atoms moved by h δ_j, A(x, m^N_h) − A(x, m^N) − "
            "h Σ_j w_j ∂_μA(x, m^N)(x^j) δ_j = O(h²) with ∂_μA(x, μ)(z) = π_μ(x, z)[V + (Vz − A(x, μ))(K^T Q x)^T], "
-           "and A(x + h δx, μ) − A(x, μ) − h ∇_x A(x, μ) δx = O(h²) (THEORY.md §1.3); the order-k block "
+           "and A(x + h δx, μ) − A(x, μ) − h ∇_x A(x, μ) δx = O(h²) (docs/theory.md §A.3); the order-k block "
            "expansion of the MV-ODE flow map has remainder O(h^{k+1}), k = 1, 2, 3."),
     derivations=("attention-lions-derivative", "attention-jacobian", "flow-taylor"),
     check_names=tuple(e.check for e in EXPANSIONS if e.check),

@@ -1,6 +1,6 @@
 """Paper B: simulated top Lyapunov exponent λ_1 vs the derived formula (experiment ``lyapunov``).
 
-Formula (derivation ``lyapunov``, THEORY.md §2.7): λ_1 = ((d−3)/2) k'(1) − ((d−1)/2) k(1), with k the
+Formula (derivation ``lyapunov``, docs/theory.md §B.7): λ_1 = ((d−3)/2) k'(1) − ((d−1)/2) k(1), with k the
 zonal covariance of the random-MLP field (derivation ``mlp-kernel``); for ReLU, Proposition 1.5
 (corrected sign) λ_1 = −1/(2d) − (σ_U²+2σ_W²)(d−1)/4.
 
@@ -51,7 +51,7 @@ __all__ = ["FWER", "PAPER_TABLE", "PROFILES", "Profile", "LyapunovEstimateR", "l
 #: family-wise false-failure rate of ``lyapunov_agrees``
 FWER = 0.01
 
-#: THEORY.md §2.8 (Draft B, Appendix B), ReLU rows as printed: (d, σ, k(1), k'(1), λ_1, λ̄)
+#: docs/theory.md §B.8 (Draft B, Appendix B), ReLU rows as printed: (d, σ, k(1), k'(1), λ_1, λ̄)
 PAPER_TABLE = [
     (5, 0.0, "1.00e-01", "1.00e-01", "-1.00e-01", "2.00e-01"),
     (5, 0.1, "1.15e-01", "1.00e-01", "-1.30e-01", "1.70e-01"),
@@ -245,7 +245,7 @@ def run(config: ExperimentConfig, *, formula: Callable[[str, int, float], float]
         "discretisation bias (see the module docstring).",
         f"Bonferroni over {len(prof.settings)} settings at family-wise false-failure rate {FWER}: "
         f"|z| ≤ {check.statistics['z_critical']:.3f}.",
-        "Paper table (THEORY.md §2.8, ReLU rows) reproduced to the printed 3 digits: "
+        "Paper table (docs/theory.md §B.8, ReLU rows) reproduced to the printed 3 digits: "
         + ("all rows" if all(r["matches"] for r in paper) else
            f"MISMATCH in {sum(not r['matches'] for r in paper)} rows"),
     ]
@@ -263,7 +263,7 @@ register_experiment(Experiment(
     paper="B",
     claim=("The top Lyapunov exponent of the isotropic noise flow on S^{d−1} is "
            "λ_1 = ((d−3)/2) k'(1) − ((d−1)/2) k(1) (ReLU: −1/(2d) − (σ_U²+2σ_W²)(d−1)/4, Proposition 1.5 "
-           "with the corrected sign), for ReLU, tanh, sigmoid and SiLU (THEORY.md §2.7–2.8)."),
+           "with the corrected sign), for ReLU, tanh, sigmoid and SiLU (docs/theory.md §B.7–B.8)."),
     derivations=("lyapunov", "mlp-kernel"),
     check_names=("lyapunov_agrees",),
     run=run,

@@ -1,6 +1,6 @@
 """Paper B, Proposition 1.2: propagation of chaos with common noise (experiment ``propagation-of-chaos``).
 
-Claim (THEORY.md §2.5, Fournier–Guillin rates, corrected column): for X_0^i i.i.d. ~ μ_0,
+Claim (docs/theory.md §B.5, Fournier–Guillin rates, corrected column): for X_0^i i.i.d. ~ μ_0,
 ``D_T(μ^N, μ) = E sup_{t≤T} W_2²(μ^N_t, μ_t) ≤ c_T N^{-1/2}`` for d < 4.
 
 Simulation: the N-particle SDE (projected Euler–Maruyama, attention attractive, Q^TK = βI, V = I) and

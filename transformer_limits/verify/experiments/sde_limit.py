@@ -1,6 +1,6 @@
 """Paper B, Theorem 1.1: deep-and-wide limit of the sphere transformer (experiment ``sde-limit``).
 
-Claim (THEORY.md §2.4): under the paper's coupling,
+Claim (docs/theory.md §B.4): under the paper's coupling,
 ``E sup_t (1/N) Σ_i |X^i_{⌊Lt/T⌋} − X̄^i_t|² ≤ c (log L/L + 1/m)``; on grid times the L-part is 1/L.
 
 * **L-part** (:func:`depth_errors`): the discrete model (width m, L layers) and the limit SDE are

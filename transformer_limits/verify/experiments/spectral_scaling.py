@@ -3,7 +3,7 @@
 Trains the toy GPT of :mod:`transformer_limits.numeric.toy_gpt` on the synthetic Zipfian language
 with AdamW, Muon, NorMuon, Dion(1/2) and Dion(1/16) at FFN widths ``D = k·d_model``, measures the
 post-activation FFN covariance ranks ``R_1`` (soft) and ``R_2`` (hard) per HEAD/MID/TAIL stratum
-(and pooled, ``GLOBAL``) on held-out tokens, takes the median over layers (THEORY.md §3.6), and fits
+(and pooled, ``GLOBAL``) on held-out tokens, takes the median over layers (docs/theory.md §C.6), and fits
 ``log R = c + β log D`` per (optimizer, stratum, metric) over widths with intervals over seeds.
 
 Checks (each a one-sided test whose null hypothesis is the claim; false-failure rate ≤ α):
@@ -11,7 +11,7 @@ Checks (each a one-sided test whose null hypothesis is the claim; false-failure 
 * ``training_learns`` — precondition, deterministic: every run's held-out loss is below the
   unigram entropy ``H(μ)`` by at least half of the learnable gap ``H(μ) − L_Bayes``.
 * ``muon_hard_beta_exceeds_adamw`` — ``Δ_S = β_hard^Muon(S) − β_hard^AdamW(S) > 0`` for the strata
-  ``S ∈ {MID, TAIL}`` where the paper's gap is largest (THEORY.md §3.7); fails when, for some ``S``,
+  ``S ∈ {MID, TAIL}`` where the paper's gap is largest (docs/theory.md §C.7); fails when, for some ``S``,
   the upper ``1 − α/2`` bound of ``Δ_S`` is below 0 (Bonferroni over the two strata).
 * ``dion_rank_monotone`` — ``β_hard^{Dion 1/2}(GLOBAL) − β_hard^{Dion 1/16}(GLOBAL) > 0``; fails when
   the upper ``1 − α`` bound is below 0.
@@ -414,10 +414,11 @@ register_experiment(Experiment(
     title="Toy-scale optimizer-induced spectral scaling laws (paper C)",
     paper="C",
     claim="log R_hard = c + β log D with β_hard(Muon) > β_hard(AdamW) (MID/TAIL) and β_hard falling with "
-          "Dion's rank fraction (THEORY.md §3.7)",
+          "Dion's rank fraction (docs/theory.md §C.7)",
     derivations=(),
     check_names=("training_learns", "muon_hard_beta_exceeds_adamw", "dion_rank_monotone"),
     run=run,
     profiles=("full",),
     budget_s={"quick": 300.0, "full": 900.0},
+    requires=("torch",),
 ))

@@ -1,6 +1,6 @@
 """Paper B, Theorem 1.4: synchronisation by noise (experiment ``synchronization``).
 
-Claim (THEORY.md §2.6): under Assumption 1 (λ̄ = (d−1)k'(1) − (d−3)k(1) < 0) and Assumption 2
+Claim (docs/theory.md §B.6): under Assumption 1 (λ̄ = (d−1)k'(1) − (d−3)k(1) < 0) and Assumption 2
 (ε = 0 for attractive attention with Q^TK = βI, V = I),
 ``E[E_β(μ_t)] ≤ exp((ε + λ̄') t) E[E_β(μ_0)]`` with ``λ̄' = −min_{[−1,1]} F < 0`` taken from the
 derivation ``lyapunov`` (value ``lambda_bar_prime``).

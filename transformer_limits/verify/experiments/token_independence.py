@@ -1,7 +1,7 @@
 """Paper A: the uniform-in-inputs error does not grow with the number of tokens N
 (experiment ``token-independence``).
 
-Claim (THEORY.md §1.1): the bounds are uniform over compact sets of initial conditions and are obtained
+Claim (docs/theory.md §A.1): the bounds are uniform over compact sets of initial conditions and are obtained
 *without a covering argument*, so the constants do not depend on N.  A covering argument over a net of
 the N-token input set would allow growth like sqrt(log N).
 

@@ -1,0 +1,685 @@
+"""Check a claimed convergence rate on the user's own data (``transformer-limits rate check``).
+
+Input: long-format data, one row per refinement point and seed: parameter columns (``L``, ``H``,
+...), an error column and optionally a seed column.  :func:`rate_check` groups the rows into points
+``(n_points,)`` per parameter and errors ``(n_points, n_seeds)`` and decides the claim with the fits
+and verdicts of the built-in experiments (:mod:`~transformer_limits.verify.rate_fit`,
+:mod:`~transformer_limits.verify.verdicts`):
+
+* **constants**: ``ē_i ≈ Σ_k C_k m_k(params_i)`` by relative NNLS with seed-bootstrap CIs
+  (:func:`~transformer_limits.verify.rate_fit.fit_rate_claim`);
+* ``rate_bound_holds`` (always): the claim is a bound ``err ≤ Σ_k C_k m_k``; it holds with some
+  constants iff the ratio ``r = err / Σ_k Ĉ_k m_k`` stays bounded, so a ratio that grows
+  significantly in any parameter contradicts it.  With exactly two parameters on a complete grid the
+  trend of log r̄ is one joint regression over the grid, each slope tested one-sidedly at α/2
+  (:func:`~transformer_limits.verify.experiments.attention_depth_width.ratio_trend`, the test of
+  ``attention-depth-width``); otherwise every *line* (points where one parameter varies and the
+  others are fixed) with at least :data:`MIN_LINE_LEVELS` levels gets a power-law fit of r over all
+  its levels and :func:`~transformer_limits.verify.verdicts.rate_at_least` with exponent 0,
+  Bonferroni over the lines.  The ratio uses the *fitted* constants Ĉ_k: with unit constants the
+  ratio's trend over a finite grid depends on the unknown constants (for ``2/L + 0.5 L^-1/3 H^-1/2``
+  the ratio to ``1/L + L^-1/3 H^-1/2`` grows in H although the claim is true);
+* ``exponent_<p>`` for each parameter p in which every term of the claim is a pure power of p (no
+  term free of p: such a term is a floor along p; no log factor): along every line in p with at least
+  :data:`MIN_LINE_LEVELS` levels, a free-exponent fit (:func:`~transformer_limits.verify.rate_fit.fit_power_law`,
+  window ``"all"`` or ``"auto"``) and :func:`~transformer_limits.verify.verdicts.rate_at_least` with the
+  claim's slowest exponent in p, Bonferroni over the lines.  The log-log slope of a sum of power
+  laws is a convex combination of their exponents, so it is never shallower than the slowest one;
+* the lack-of-fit F test of the additive form (:func:`~transformer_limits.verify.verdicts.fit_adequate`)
+  is reported as a diagnostic, not a verdict: an upper bound need not be a sum of its terms.
+
+Each check fails a true claim with probability at most α (default 0.01); the run passes when every
+check does (at most ``n_checks · α`` in all).  The result is an
+:class:`~transformer_limits.verify.experiment.ExperimentResult` written by the report writer of the
+built-in experiments (``results.json``, ``report.md``, ``report.html`` with log-log plots).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import math
+import numbers
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from transformer_limits.errors import InputError
+from transformer_limits.resource_limits import check_bootstrap
+from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
+
+__all__ = ["MIN_LINE_LEVELS", "RateData", "RateCheckResult", "read_rate_data", "rate_check"]
+
+DEFAULT_ALPHA = 0.01
+#: levels a line needs to be tested (a 2-level line has no t-interval: bootstrap only)
+MIN_LINE_LEVELS = 3
+#: fewest bootstrap resamples (the one-sided bounds sit at the α/n_lines quantile)
+MIN_BOOTSTRAP = 100
+WINDOWS = ("all", "auto")
+_IDENT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+# ------------------------------------------------------------------------------------------------
+# data
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateData:
+    """Rows grouped into points.
+
+    ``params``: name -> values, each shape ``(n_points,)`` (points sorted by the parameters);
+    ``errors``: shape ``(n_points, n_seeds)`` (column j: the j-th seed label in sorted order at every
+    point); ``seeds``: the labels per point; ``source``: the file or ``"data"``; ``sha256``: digest of
+    the file (or of the arrays).
+    """
+
+    params: dict[str, np.ndarray]
+    errors: np.ndarray
+    seeds: list[list[str]]
+    source: str
+    n_rows: int
+    error_column: str
+    seed_column: str | None
+    sha256: str
+
+    @property
+    def n_points(self) -> int:
+        return int(self.errors.shape[0])
+
+    @property
+    def n_seeds(self) -> int:
+        return int(self.errors.shape[1])
+
+    def point_label(self, i: int) -> str:
+        return ", ".join(f"{k}={_g(v[i])}" for k, v in self.params.items())
+
+
+def _g(value: float) -> str:
+    return f"{float(value):g}"
+
+
+def _read_csv(path: str) -> tuple[dict[str, list[str]], list[str], str]:
+    """Columns (name -> cells), a location per data row (``line N``) and the file's SHA-256."""
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, not a CSV file")
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a UTF-8 text file (expected a CSV file)") from None
+    if "\0" in text:
+        raise InputError(f"{path}: not a text file (it holds NUL bytes; expected a CSV file)")
+    if not text.strip():
+        raise InputError(f"{path}: empty file (expected a header line naming the columns, then data rows)")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[tuple[int, list[str]]] = []
+    try:
+        for row in reader:
+            if any(cell.strip() for cell in row):  # blank lines are skipped
+                rows.append((reader.line_num, [cell.strip() for cell in row]))
+    except csv.Error as exc:
+        raise InputError(f"{path}: line {reader.line_num}: malformed CSV ({exc})") from None
+    if not rows:
+        raise InputError(f"{path}: empty file (only blank lines; expected a header line naming the columns)")
+    (header_line, header), body = rows[0], rows[1:]
+    if all(_is_number(c) for c in header if c):
+        raise InputError(f"{path}: line {header_line} has no header: the first line must name the columns "
+                         f"(e.g. L,H,seed,error), found {','.join(header)}")
+    empty = [k + 1 for k, c in enumerate(header) if not c]
+    if empty:
+        raise InputError(f"{path}: line {header_line}: header column {empty[0]} has no name")
+    duplicates = sorted({c for c in header if header.count(c) > 1})
+    if duplicates:
+        raise InputError(f"{path}: line {header_line}: duplicate column name(s) "
+                         f"{', '.join(repr(c) for c in duplicates)} in the header")
+    if not body:
+        raise InputError(f"{path}: no data rows (only the header line)")
+    columns: dict[str, list[str]] = {c: [] for c in header}
+    where = []
+    for line, row in body:
+        if len(row) != len(header):
+            raise InputError(f"{path}: line {line}: {len(row)} fields, but the header has {len(header)}")
+        for c, cell in zip(header, row):
+            columns[c].append(cell)
+        where.append(f"line {line}")
+    return columns, where, hashlib.sha256(raw).hexdigest()
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _mapping_columns(data: Mapping[str, Any]) -> tuple[dict[str, list[Any]], list[str], str]:
+    columns: dict[str, list[Any]] = {}
+    for name, values in data.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"data: column names must be non-empty strings, got {name!r}")
+        arr = np.asarray(values)
+        if arr.ndim != 1:
+            raise ValueError(f"data[{name!r}] must be 1-D (one value per row), got shape {arr.shape}")
+        columns[name] = arr.tolist()
+    lengths = {len(v) for v in columns.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"data: columns have different lengths "
+                         f"({', '.join(f'{k}: {len(v)}' for k, v in columns.items())})")
+    n = lengths.pop() if lengths else 0
+    if n == 0:
+        raise ValueError("data: no rows")
+    digest = hashlib.sha256(repr(sorted((k, [repr(x) for x in v]) for k, v in columns.items())).encode()).hexdigest()
+    return columns, [f"row {i}" for i in range(n)], digest
+
+
+def _number(cell: Any, source: str, where: str, column: str) -> float:
+    if isinstance(cell, (bool, np.bool_)):
+        raise InputError(f"{source}: {where}: column {column!r}: {cell!r} is not a number")
+    if isinstance(cell, numbers.Real):
+        return float(cell)
+    text = str(cell).strip()
+    if not text:
+        raise InputError(f"{source}: {where}: column {column!r} is empty")
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"{source}: {where}: column {column!r}: {text!r} is not a number") from None
+
+
+def _seed_label(cell: Any) -> str:
+    if isinstance(cell, numbers.Integral) and not isinstance(cell, bool):
+        return str(int(cell))
+    if isinstance(cell, float) and cell.is_integer():
+        return str(int(cell))
+    return str(cell).strip()
+
+
+def _seed_order(label: str) -> tuple:
+    try:
+        return (0, float(label), label)
+    except ValueError:
+        return (1, 0.0, label)
+
+
+def read_rate_data(data: Any, params: Sequence[str], *, error: str = "error",
+                   seed_column: str | None = None) -> RateData:
+    """Group long-format rows into a :class:`RateData`.
+
+    ``data``: a CSV path (``str``/``PathLike``; header line, then one row per point and seed) or a
+    mapping column name -> 1-D values.  ``params``: the parameter columns (values finite and > 0,
+    at least 2 levels each); ``error``: the error column (finite and > 0); ``seed_column``: the seed
+    labels (``None``: a column named ``seed`` if there is one, else the rows of a point are its
+    seeds in file order).  Every point needs the same number (>= 2) of seeds and no (point, seed)
+    pair may repeat.  Raises :class:`~transformer_limits.errors.InputError` (a ``ValueError``): one
+    line naming the file and line (or ``data[...]``) and the column.
+    """
+    if isinstance(data, (str, os.PathLike)):
+        source = os.fspath(data)
+        columns, where, digest = _read_csv(source)
+    elif isinstance(data, Mapping):
+        source = "data"
+        columns, where, digest = _mapping_columns(data)
+    else:
+        raise ValueError(f"data must be a CSV path or a mapping column name -> values, got {type(data).__name__}")
+    have = list(columns)
+    explicit_seed = seed_column is not None
+    if seed_column is None and "seed" in columns and "seed" not in params and error != "seed":
+        seed_column = "seed"
+    wanted = [(p, "a parameter of the claim") for p in params] + [(error, "the error column")]
+    if explicit_seed:
+        wanted.append((seed_column, "the seed column"))
+    for name, role in wanted:
+        if name not in columns:
+            raise InputError(f"{source}: missing column {name!r} ({role}; the columns are "
+                             f"{', '.join(repr(c) for c in have)})")
+    n = len(where)
+    table = {p: np.empty(n) for p in params}
+    errors = np.empty(n)
+    for i in range(n):
+        for p in params:
+            v = _number(columns[p][i], source, where[i], p)
+            if not (math.isfinite(v) and v > 0):
+                raise InputError(f"{source}: {where[i]}: parameter {p!r} = {columns[p][i]!r}: "
+                                 "parameters must be finite and > 0")
+            table[p][i] = v
+        e = _number(columns[error][i], source, where[i], error)
+        if not math.isfinite(e):
+            raise InputError(f"{source}: {where[i]}: error column {error!r} = {columns[error][i]!r} is not finite")
+        if e <= 0:
+            raise InputError(f"{source}: {where[i]}: error column {error!r} = {columns[error][i]!r}: "
+                             "errors must be > 0 (rates are fitted on log scale)")
+        errors[i] = e
+    for p in params:
+        levels = np.unique(table[p])
+        if levels.size < 2:
+            raise InputError(f"{source}: parameter {p!r} has only one level ({_g(levels[0])}): a rate needs "
+                             "at least 2 levels of every parameter")
+    points: dict[tuple[float, ...], list[tuple[str, float, str]]] = {}
+    for i in range(n):
+        key = tuple(float(table[p][i]) for p in params)
+        if seed_column is None:
+            label = str(len(points.get(key, [])))
+        else:
+            label = _seed_label(columns[seed_column][i])
+            if not label:
+                raise InputError(f"{source}: {where[i]}: seed column {seed_column!r} is empty")
+        entries = points.setdefault(key, [])
+        for other_label, _, other_where in entries:
+            if other_label == label:
+                point = ", ".join(f"{p}={_g(v)}" for p, v in zip(params, key))
+                raise InputError(f"{source}: {other_where} and {where[i]}: two rows for {point}, seed {label!r} "
+                                 "(is a column that tells them apart missing from the parameters?)")
+        entries.append((label, float(errors[i]), where[i]))
+    keys = sorted(points)
+    counts = [len(points[k]) for k in keys]
+
+    def label_of(key: tuple[float, ...]) -> str:
+        return ", ".join(f"{p}={_g(v)}" for p, v in zip(params, key))
+
+    few = next((k for k, c in zip(keys, counts) if c < 2), None)
+    if few is not None:
+        raise InputError(f"{source}: too few rows for the fit: point {label_of(few)} has 1 row; every point "
+                         "needs at least 2 seeds (the confidence intervals resample seeds)")
+    if len(set(counts)) > 1:
+        lo, hi = int(np.argmin(counts)), int(np.argmax(counts))
+        raise InputError(f"{source}: points have different numbers of seeds ({counts[lo]} at {label_of(keys[lo])}, "
+                         f"{counts[hi]} at {label_of(keys[hi])}): give every point the same number of seeds")
+    seeds, rows = [], []
+    for k in keys:
+        entries = sorted(points[k], key=lambda t: _seed_order(t[0]))
+        seeds.append([t[0] for t in entries])
+        rows.append([t[1] for t in entries])
+    return RateData({p: np.array([k[j] for k in keys]) for j, p in enumerate(params)}, np.array(rows), seeds,
+                    source, n, error, seed_column, digest)
+
+
+# ------------------------------------------------------------------------------------------------
+# lines of the design
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Line:
+    """Points where ``param`` varies and the other parameters are ``fixed``; ``idx`` sorted by param."""
+
+    param: str
+    fixed: dict[str, float]
+    idx: np.ndarray
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={_g(v)}" for k, v in self.fixed.items()) or "all points"
+
+
+def _lines(params: Mapping[str, np.ndarray], p: str) -> list[_Line]:
+    """Every line in ``p`` with at least 2 levels (points are unique, so p is distinct on a line)."""
+    others = [q for q in params if q != p]
+    groups: dict[tuple[float, ...], list[int]] = {}
+    for i in range(params[p].size):
+        groups.setdefault(tuple(float(params[q][i]) for q in others), []).append(i)
+    out = []
+    for key in sorted(groups):
+        idx = np.array(sorted(groups[key], key=lambda i: params[p][i]))
+        if idx.size >= 2:
+            out.append(_Line(p, dict(zip(others, key)), idx))
+    return out
+
+
+def _is_grid(params: Mapping[str, np.ndarray]) -> bool:
+    n = next(iter(params.values())).size
+    return len(params) == 2 and n == math.prod(np.unique(v).size for v in params.values())
+
+
+def _exponent_testable(claim: RateClaim, p: str) -> str | None:
+    """None when every term of ``claim`` is a pure power of ``p``; else why ``exponent_p`` is not made."""
+    if p not in claim.parameters:
+        return f"{p} is not in the claim (the claim is constant in {p})"
+    free = [t for t in claim.terms if p not in t.exponents]
+    if free:
+        return (f"the term {free[0]} does not decay in {p} (a floor along {p}), so the error need not decay "
+                f"in {p}; the bound test covers {p}")
+    logs = [t for t in claim.terms if p in t.log_powers]
+    if logs:
+        return f"the term {logs[0]} has a log factor in {p}; the bound test covers {p}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# result
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RateCheckResult:
+    """The outcome of :func:`rate_check`: an :class:`ExperimentResult` plus what the report needs.
+
+    ``passed``: every check passed; ``checks``: the verdicts; ``constants``: the fitted C_k;
+    :meth:`payload` is the ``results.json`` object, :meth:`write` writes the report folder, and
+    Jupyter renders the verdicts and plots (``_repr_html_``).
+    """
+
+    result: Any
+    experiment: Any
+    config: Any
+    claim: RateClaim
+    data: RateData
+    constants: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.result.passed
+
+    @property
+    def status(self) -> str:
+        return self.result.status
+
+    @property
+    def checks(self) -> list:
+        return self.result.checks
+
+    def payload(self) -> dict:
+        """The ``results.json`` object (as ``verify --format json`` prints it)."""
+        from transformer_limits.verify.report import results_payload
+
+        return results_payload(self.result, self.experiment, self.config)
+
+    def write(self, out_dir: str | os.PathLike) -> dict:
+        """Write ``results.json``, ``report.md``, ``report.html`` and the plots into ``out_dir``
+        (staged, moved in together); returns the payload."""
+        from transformer_limits.verify.report import write_experiment_report
+
+        return write_experiment_report(self.result, out_dir, self.experiment, self.config)
+
+    def __repr__(self) -> str:
+        verdicts = ", ".join(f"{c.name} {'pass' if c.passed else 'FAIL'}" for c in self.checks)
+        return f"RateCheckResult({self.claim.expression()!r} on {self.data.source}: {self.status}; {verdicts})"
+
+    def _repr_html_(self) -> str:
+        import base64
+
+        from transformer_limits.verify.report import _check_rows, _e, _fit_summary, _html_table, _summary_line
+
+        payload = self.payload()
+        head, rows, passed = _check_rows(payload["checks"])
+        status = payload["status"]
+        colour = {"pass": "#2e7d32", "fail": "#c62828"}.get(status, "#e65100")
+        out = [f'<div class="tl-rate-check"><p><b style="color:#fff;background:{colour};padding:.15em .5em;'
+               f'border-radius:4px">{_e(_summary_line(payload))}</b> {_e(payload["title"])}</p>',
+               _html_table(head, rows, ["pass" if p else "fail" for p in passed])
+               .replace('<tr class="fail">', '<tr class="fail" style="background:#fbe3e3">'),
+               f"<p>constants: {_e(_fit_summary(payload['fits']['claim_constants']))}</p>"]
+        out += [f"<p>{_e(n)}</p>" for n in payload["notes"]]
+        for fig in self.result.figures:
+            data = base64.b64encode(fig.png).decode("ascii")
+            out.append(f'<figure><img alt="{_e(fig.caption)}" src="data:image/png;base64,{data}" '
+                       f'style="max-width:640px"><figcaption>{_e(fig.caption)}</figcaption></figure>')
+        return "\n".join(out) + "</div>"
+
+
+# ------------------------------------------------------------------------------------------------
+# the check
+# ------------------------------------------------------------------------------------------------
+
+
+def _parse_claim(claim: Any, params: Sequence[str] | None) -> RateClaim:
+    if isinstance(claim, RateClaim):
+        if params is not None:
+            unknown = [p for p in claim.parameters if p not in params]
+            if unknown:
+                raise ValueError(f"claim: parameter(s) {unknown} are not among params {list(params)}")
+        return claim
+    if not isinstance(claim, str):
+        raise ValueError(f"claim must be a claim string such as 'L^-1 + L^-1/3 H^-1/2', got {type(claim).__name__}")
+    try:
+        return parse_rate_claim(claim, params=params)
+    except ValueError as exc:
+        raise InputError(f"claim: {exc}") from None
+
+
+def _check_options(params: Sequence[str] | None, error: str, seed_column: str | None, alpha: float,
+                   n_boot: int | None, seed: int, window: str, noise_floor: float | None, aggregate: str) -> None:
+    from transformer_limits.verify.rate_fit import AGGREGATES
+
+    if params is not None:
+        if isinstance(params, str) or not all(isinstance(p, str) for p in params):
+            raise ValueError(f"params must be a sequence of column names, got {params!r}")
+        if not params:
+            raise ValueError("params must name at least one column")
+        bad = [p for p in params if not p or p[0].isdigit() or not set(p) <= _IDENT_CHARS]
+        if bad:
+            raise ValueError(f"params: {bad[0]!r} is not a parameter name (letters, digits, _; not starting with a digit)")
+        dup = sorted({p for p in params if list(params).count(p) > 1})
+        if dup:
+            raise ValueError(f"params: {dup[0]!r} is given twice")
+    if not isinstance(error, str) or not error:
+        raise ValueError(f"error must name the error column, got {error!r}")
+    if seed_column is not None and (not isinstance(seed_column, str) or not seed_column):
+        raise ValueError(f"seed_column must name a column, got {seed_column!r}")
+    if not (isinstance(alpha, numbers.Real) and 0.0 < alpha < 0.5):
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha!r}")
+    if n_boot is not None:
+        check_bootstrap(n_boot, name="n_boot")
+        if n_boot < MIN_BOOTSTRAP:
+            raise ValueError(f"n_boot must be >= {MIN_BOOTSTRAP} (the one-sided bounds are bootstrap quantiles), "
+                             f"got {n_boot}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {', '.join(WINDOWS)}, got {window!r}")
+    if noise_floor is not None:
+        if window != "auto":
+            raise ValueError("noise_floor needs window='auto' (it drops levels from the exponent fits)")
+        if not (isinstance(noise_floor, numbers.Real) and math.isfinite(noise_floor) and noise_floor > 0):
+            raise ValueError(f"noise_floor must be finite and > 0, got {noise_floor!r}")
+    if aggregate not in AGGREGATES:
+        raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
+
+
+def rate_check(data: Any, claim: str | RateClaim, *, params: Sequence[str] | None = None, error: str = "error",
+               seed_column: str | None = None, alpha: float = DEFAULT_ALPHA, n_boot: int | None = None,
+               seed: int = 0, window: str = "all", noise_floor: float | None = None,
+               aggregate: str = "mean") -> RateCheckResult:
+    """Check ``claim`` (e.g. ``"L^-1 + L^-1/3 H^-1/2"``) on long-format data (see the module docstring).
+
+    ``data``: a CSV path or a mapping column -> 1-D values (:func:`read_rate_data`); ``params``: the
+    parameter columns (default: the claim's symbols; extra ones are parameters the claim is constant
+    in); ``error`` / ``seed_column``: column names; ``alpha``: false-failure rate of each check;
+    ``n_boot``: bootstrap resamples of every fit (default: each fit's own, 2000 for power laws, 1000
+    for the constants); ``seed``: the bootstrap seed (results are reproducible); ``window``:
+    ``"all"`` or ``"auto"`` (the asymptotic-window rules, for the exponent fits only, with
+    ``noise_floor``); ``aggregate``: the level aggregate over seeds.  Returns a
+    :class:`RateCheckResult`; raises ``ValueError`` (an :class:`~transformer_limits.errors.InputError`
+    for the data and the claim) naming the bad argument, before any fit.
+    """
+    _check_options(params, error, seed_column, alpha, n_boot, seed, window, noise_floor, aggregate)
+    rate_claim = _parse_claim(claim, None if params is None else list(params))
+    names = list(params) if params is not None else list(rate_claim.parameters)
+    if not names:
+        raise InputError(f"claim {rate_claim.expression()!r} has no parameter to vary")
+    clash = [c for c in (error, seed_column) if c in names]
+    if clash:
+        raise ValueError(f"column {clash[0]!r} cannot be both a parameter and the error/seed column")
+    if seed_column is not None and seed_column == error:
+        raise ValueError(f"seed_column and error are the same column {error!r}")
+    rd = read_rate_data(data, names, error=error, seed_column=seed_column)
+    if rd.n_points <= len(rate_claim.terms):
+        raise InputError(f"{rd.source}: too few points for the fit: {rd.n_points} point(s) cannot test a claim "
+                         f"with {len(rate_claim.terms)} constant(s) (need more points than constants)")
+    lines = {p: _lines(rd.params, p) for p in names}
+    grid = _is_grid(rd.params)
+    if not grid:
+        short = [p for p in names if not any(ln.idx.size >= MIN_LINE_LEVELS for ln in lines[p])]
+        if short:
+            raise InputError(f"{rd.source}: too few levels for the fit: no line with >= {MIN_LINE_LEVELS} levels of "
+                             f"{short[0]!r} with the other parameters fixed (give a sweep in {short[0]}, or a "
+                             "complete grid in two parameters)")
+    return _analyse(rd, rate_claim, names, lines, grid, alpha=alpha, n_boot=n_boot, seed=int(seed),
+                    window=window, noise_floor=noise_floor, aggregate=aggregate)
+
+
+def _combined(name: str, text: str, expected: float, checks: list, alpha: float, sides: str,
+              labels: list[str]) -> Any:
+    """One :class:`Check` from per-line checks at α/n each (Bonferroni): fails when any fails."""
+    from transformer_limits.verify.verdicts import Check
+
+    passed = all(c.passed for c in checks)
+    worst = max(range(len(checks)), key=lambda k: checks[k].ci[0])
+    stats = {"alpha": alpha, "false_failure_rate": alpha, "sides": sides, "method": checks[worst].statistics["method"],
+             "alpha_per_line": alpha / len(checks), "worst_line": labels[worst],
+             "per_line": {lab: c.to_dict() for lab, c in zip(labels, checks)}}
+    note = "" if passed else "; ".join(f"{lab}: {c.note}" for lab, c in zip(labels, checks) if not c.passed)
+    return Check(name, text, expected, checks[worst].measured, checks[worst].ci, passed, stats, note)
+
+
+def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, list[_Line]], grid: bool, *,
+             alpha: float, n_boot: int | None, seed: int, window: str, noise_floor: float | None,
+             aggregate: str) -> RateCheckResult:
+    from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+    from transformer_limits.verify.rate_fit import fit_power_law, fit_rate_claim
+    from transformer_limits.verify.rate_plots import RateSeries, grid_heatmap, rate_figure
+    from transformer_limits.verify.verdicts import Check, fit_adequate, rate_at_least
+
+    boot = {} if n_boot is None else {"n_boot": int(n_boot)}
+    table = {p: rd.params[p] for p in claim.parameters}
+    constants = fit_rate_claim(claim, table, rd.errors, seed=seed, aggregate=aggregate, **boot)
+    predicted = constants.predict(table)
+    ratio = rd.errors / predicted[:, None]
+    expression = claim.expression()
+    checks, fits, notes = [], {"claim_constants": constants.to_dict()}, []
+
+    # -- rate_bound_holds: err / (fitted claim) must not grow in any parameter --------------------
+    if grid:
+        from transformer_limits.verify.experiments.attention_depth_width import ratio_trend
+
+        p1, p2 = names
+        g1, g2 = np.unique(rd.params[p1]), np.unique(rd.params[p2])
+        cube = np.empty((g1.size, g2.size, rd.n_seeds))
+        mean_ratio = np.empty((g1.size, g2.size))
+        for i in range(rd.n_points):
+            a, b = np.searchsorted(g1, rd.params[p1][i]), np.searchsorted(g2, rd.params[p2][i])
+            cube[a, b] = ratio[i]
+            mean_ratio[a, b] = constants.level_errors[i] / predicted[i]
+        trend = ratio_trend(cube, g1, g2, seed=seed, alpha=alpha / 2, **({"n_boot": n_boot} if n_boot else {}))
+        slopes = {p1: trend["L"], p2: trend["H"]}
+        passed = all(s["lower"] <= 0.0 for s in slopes.values())
+        worst = max(names, key=lambda k: slopes[k]["lower"])
+        note = "" if passed else "; ".join(
+            f"err / claim grows in {k}: slope {s['slope']:.3g}, lower {1 - alpha / 2:g} bound {s['lower']:.3g} > 0"
+            for k, s in slopes.items() if s["lower"] > 0)
+        stats = {"alpha": alpha, "false_failure_rate": alpha, "method": "conservative (t ∪ seed bootstrap)",
+                 "sides": f"one-sided per slope (lower bound), Bonferroni over s_{p1} and s_{p2}",
+                 "design": "complete grid: log r̄ = a + s_1 log p_1 + s_2 log p_2 over all cells",
+                 "slopes": slopes, "dof": trend["dof"], "rms_log_residual": trend["rms_log_residual"],
+                 "worst_slope": f"s_{worst}"}
+        checks.append(Check("rate_bound_holds", f"err = O({expression}): err / (fitted claim) does not grow in "
+                            f"{p1} or {p2} over the grid", 0.0, slopes[worst]["slope"],
+                            (slopes[worst]["lower"], math.inf), passed, stats, note))
+        bound_rows = [{"parameter": k, "design": "joint regression over the grid", "slope": s["slope"],
+                       f"lower_{1 - alpha / 2:g}_bound": s["lower"]} for k, s in slopes.items()]
+    else:
+        tested = [ln for p in names for ln in lines[p] if ln.idx.size >= MIN_LINE_LEVELS]
+        per_line, labels, bound_rows = [], [], []
+        for ln in tested:
+            fit = fit_power_law({ln.param: rd.params[ln.param][ln.idx]}, ratio[ln.idx], window="all", seed=seed,
+                                aggregate=aggregate, **boot)
+            chk = rate_at_least(fit, 0.0, alpha / len(tested))
+            per_line.append(chk)
+            labels.append(f"along {ln.param} at {ln.label}")
+            bound_rows.append({"parameter": ln.param, "design": f"line at {ln.label}", "slope": chk.measured,
+                               f"lower_{1 - alpha / len(tested):g}_bound": chk.ci[0], "pass": chk.passed})
+        checks.append(_combined(
+            "rate_bound_holds", f"err = O({expression}): err / (fitted claim) does not grow along any line "
+            f"({len(tested)} lines)", 0.0, per_line, alpha,
+            "one-sided per line (lower bound of the slope of err / claim), Bonferroni over the lines", labels))
+
+    # -- exponent_<p>: free-exponent fits along every line in p --------------------------------
+    line_fits: dict[tuple[str, str], Any] = {}
+    exponent_rows = []
+    for p in names:
+        why = _exponent_testable(claim, p)
+        tested = [ln for ln in lines[p] if ln.idx.size >= MIN_LINE_LEVELS]
+        for ln in tested:
+            line_fits[p, ln.label] = fit_power_law({p: rd.params[p][ln.idx]}, rd.errors[ln.idx], window=window,
+                                                   noise_floor=noise_floor, seed=seed, aggregate=aggregate, **boot)
+            fits[f"{p} at {ln.label}"] = line_fits[p, ln.label].to_dict()
+        if why is None and not tested:
+            why = f"no line in {p} has >= {MIN_LINE_LEVELS} levels"
+        if why is not None:
+            notes.append(f"no exponent_{p} check: {why}.")
+            continue
+        q_exact = claim.leading_exponent(p)
+        q = float(q_exact)
+        per_line = [rate_at_least(line_fits[p, ln.label], claim, alpha / len(tested)) for ln in tested]
+        labels = [f"along {p} at {ln.label}" for ln in tested]
+        for ln, chk in zip(tested, per_line):
+            exponent_rows.append({"parameter": p, "line": ln.label, "levels": int(ln.idx.size),
+                                  "fitted_exponent": chk.measured, "claimed_slowest": q,
+                                  f"lower_{1 - alpha / len(tested):g}_bound": chk.ci[0], "pass": chk.passed})
+        checks.append(_combined(
+            f"exponent_{p}", f"err decays in {p} at least like {p}^{q_exact} (slowest term "
+            f"{claim.leading_term(p)}) on every line in {p}", q, per_line, alpha,
+            "one-sided per line (lower bound of q), Bonferroni over the lines", labels))
+
+    # -- diagnostics, tables, figures ------------------------------------------------------------
+    adequate = fit_adequate(constants, alpha) if math.isfinite(constants.quality.f_statistic) else None
+    c_text = ", ".join(f"{k} = {v.value:.4g} (95% CI [{constants.interval(k)[0]:.4g}, {constants.interval(k)[1]:.4g}])"
+                       for k, v in constants.constants.items())
+    notes.insert(0, f"Fitted constants of {expression} (relative NNLS, C_k >= 0, seed-bootstrap percentile CIs): "
+                    f"{c_text}; the bound test divides the errors by this fitted claim.")
+    if adequate is not None:
+        notes.insert(1, f"Diagnostic, not a verdict: the additive form {expression} "
+                        f"{'describes' if adequate.passed else 'does not describe'} the data within seed noise "
+                        f"(lack-of-fit F = {adequate.measured:.3g}, p = {adequate.statistics['p_value']:.3g}); an "
+                        "upper bound need not be a sum of its terms.")
+    notes.append(f"Each check has false-failure rate {alpha:g}; the run fails a true claim with probability at most "
+                 f"{len(checks)} x {alpha:g}.")
+    points = []
+    for i in range(rd.n_points):
+        e = rd.errors[i]
+        points.append({**{p: float(rd.params[p][i]) for p in names}, "seeds": rd.n_seeds,
+                       f"{aggregate}_error": float(constants.level_errors[i]), "min": float(e.min()),
+                       "max": float(e.max()), "fitted_claim": float(predicted[i]),
+                       "ratio": float(constants.level_errors[i] / predicted[i])})
+    tables = {"points": points, "bound_trend": bound_rows}
+    if exponent_rows:
+        tables["exponents"] = exponent_rows
+    figures = []
+    for p in names:
+        shown = lines[p]
+        if len(shown) > 7:  # at most 7 series a panel: evenly spaced lines
+            shown = [shown[k] for k in np.unique(np.linspace(0, len(shown) - 1, 7).round().astype(int))]
+        q = None if _exponent_testable(claim, p) is not None else float(claim.leading_exponent(p))
+        series = [RateSeries(ln.label, rd.params[p][ln.idx], rd.errors[ln.idx], line_fits.get((p, ln.label)), q)
+                  for ln in shown]
+        if series:
+            figures.append(rate_figure(f"rate_check_{p}", f"error vs {p} on each line in {p} (the other parameters "
+                                       f"fixed); claim {expression}", series, xlabel=p, ylabel=rd.error_column))
+    if grid:
+        figures.append(grid_heatmap("rate_check_ratio", f"{aggregate} error / fitted claim {expression} on the grid "
+                                    "(bounded = the bound holds)", mean_ratio, list(g1), list(g2), row_label=p1,
+                                    col_label=p2, value_label="error / claim"))
+    result = ExperimentResult("rate-check", "quick", checks=checks, fits=fits, tables=tables, figures=figures,
+                              notes=notes)
+    options = {"params": names, "error": rd.error_column, "seed_column": rd.seed_column, "alpha": alpha,
+               "n_boot": n_boot, "window": window, "noise_floor": noise_floor, "aggregate": aggregate}
+    result.provenance = {"seed": seed, "data": {"source": rd.source, "sha256": rd.sha256, "rows": rd.n_rows,
+                                                "points": rd.n_points, "seeds_per_point": rd.n_seeds},
+                         "options": options}
+    experiment = Experiment(
+        name="rate-check", title=f"Rate check of {claim.name} on {rd.source}", paper="user data",
+        claim=f"err = O({expression}) in {', '.join(names)} (constants fitted; each check at alpha = {alpha:g})",
+        derivations=(), check_names=tuple(c.name for c in checks), run=lambda config: result)
+    config = ExperimentConfig(profile="quick", seed=seed)
+    return RateCheckResult(result, experiment, config, claim, rd,
+                           {k: v.value for k, v in constants.constants.items()})
