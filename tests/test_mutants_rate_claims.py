@@ -70,3 +70,13 @@ def test_a_name_applied_to_arguments_is_not_a_constant(text, params):
     with pytest.raises(ValueError):
         parse_rate_claim(text, params=params)
     assert isinstance(parse_rate_claim("C1 L^-1"), RateClaim)
+
+
+def test_a_constant_term_has_one_value_per_point_even_with_no_points():
+    """A floor term C (no parameters) evaluates to ones of length n_points: 3 points give 3 ones,
+    an empty table (0 points) gives an empty array, never a phantom point."""
+    claim = parse_rate_claim("1 + L^-1")
+    floor = claim.terms[0]
+    assert dict(floor.exponents) == {} and dict(floor.log_powers) == {}
+    np.testing.assert_array_equal(floor.evaluate({"L": np.array([2.0, 4.0, 8.0])}), np.ones(3))
+    assert floor.evaluate({}).shape == (0,)

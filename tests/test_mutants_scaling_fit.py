@@ -144,3 +144,12 @@ def test_csv_accepts_values_below_one_and_rejects_an_empty_metric(tmp_path):
     rows[1][2] = ""
     with pytest.raises(ValueError, match="row 3: column 'metric' is empty"):
         read_points_csv(_write(tmp_path / "bad.csv", rows))
+
+
+def test_one_bootstrap_replicate_is_a_valid_request():
+    """n_bootstrap is "a positive integer": 1 gives one replicate slope, 0 is refused."""
+    x = np.log([1.0, 2.0, 4.0, 8.0])
+    y = 0.5 * x + np.array([0.0, 0.1, -0.1, 0.0])
+    assert bootstrap_slopes(x, y, n_bootstrap=1).shape == (1,)
+    with pytest.raises(ValueError, match="n_bootstrap"):
+        bootstrap_slopes(x, y, n_bootstrap=0)

@@ -109,3 +109,14 @@ def test_t_p_value_is_the_t_tail(fit):
     for q_claim in (-1.05, -1.0, -0.97):
         p = rate_at_least(fit, q_claim, method="t").statistics["p_value"]
         assert p == pytest.approx(stats.t.sf((est.value - q_claim) / est.se, len(fit.window.used) - 2), rel=1e-12)
+
+
+def test_percentile_p_value_counts_bootstrap_ties_at_the_null():
+    """F*(null) = P*(θ* ≤ null), the bootstrap distribution function at the null, ties included
+    (a replicate equal to the null is not evidence against H0: θ ≤ null): replicates (1, 2, 2, 3)
+    and null 2 give 3/4, not the 1/4 of a strict inequality."""
+    from transformer_limits.verify.verdicts import _one_sided_p_value
+
+    est = Estimate("q", 2.0, bootstrap=np.array([1.0, 2.0, 2.0, 3.0]))
+    assert _one_sided_p_value(est, 2.0, "percentile") == 0.75
+    assert _one_sided_p_value(est, 1.5, "percentile") == 0.25
