@@ -126,7 +126,7 @@ def test_experiments_are_registered_with_documented_checks():
     assert experiment_spec("attention-depth-width").check_names == (
         "exponent_L", "exponent_H", "rate_bound_holds", "trained_exponent_L", "trained_exponent_H")
     assert experiment_spec("token-independence").check_names == ("slope_in_log_N",)
-    assert experiment_spec("adamw-box").check_names == ("box_holds", "blockwise_dimension_free")
+    assert experiment_spec("adamw-box").check_names == ("box_holds", "blockwise_dimension_free", "coordinatewise_exponent")
 
 
 @pytest.mark.slow

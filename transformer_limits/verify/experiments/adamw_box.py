@@ -225,7 +225,7 @@ register_experiment(Experiment(
     claim="||theta_k|| <= R_k (decoupled AdamW recursion); blockwise drift independent of d, "
           "coordinatewise drift ∝ sqrt(d)",
     derivations=("adamw-box",),
-    check_names=("box_holds", "blockwise_dimension_free"),
+    check_names=("box_holds", "blockwise_dimension_free", "coordinatewise_exponent"),
     run=run,
     budget_s={"quick": 20.0, "full": 60.0},
 ))
