@@ -357,26 +357,16 @@ def run_wrong_dion(config: ExperimentConfig) -> ExperimentResult:
 
 _CHECK_NAMES = ("published_betas_reproduced", *ORDERINGS)
 
+# what the experiment and its wrong variant share
+_COMMON = dict(paper="C", claim=CLAIM, derivations=(), check_names=_CHECK_NAMES,
+               budget_s={"quick": 1.0, "full": 1.0})
+
 register_experiment(Experiment(
     name="spectral-released",
     title="Paper C's β on the authors' released 160M points (pooled soft/hard ranks)",
-    paper="C",
-    claim=CLAIM,
-    derivations=(),
-    check_names=_CHECK_NAMES,
-    run=run,
-    profiles=("quick", "full"),
-    budget_s={"quick": 1.0, "full": 1.0},
-))
+    run=run, profiles=("quick", "full"), **_COMMON))
 
 register_experiment(Experiment(
     name="spectral-released-wrong-dion",
     title="Deliberately wrong: spectral-released with the Dion rank fractions swapped (must FAIL)",
-    paper="C",
-    claim=CLAIM,
-    derivations=(),
-    check_names=_CHECK_NAMES,
-    run=run_wrong_dion,
-    profiles=(),
-    budget_s={"quick": 1.0, "full": 1.0},
-))
+    run=run_wrong_dion, profiles=(), **_COMMON))
