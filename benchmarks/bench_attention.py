@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from transformer_limits.numeric import attention_reference as ref
-from transformer_limits.numeric.attention import attention_kernels
+from transformer_limits.numeric.attention import reference as ref
+from transformer_limits.numeric.attention.kernels import attention_kernels
 from transformer_limits.numeric.backends import available_backends
 
 

@@ -14,7 +14,7 @@ import time
 import numpy as np
 from scipy.special import erf, expit
 
-from transformer_limits.numeric.mlp_field import mlp_field_kernels
+from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
 
 HAND = {"relu": lambda z: np.maximum(z, 0.0), "tanh": np.tanh, "sigmoid": expit,
         "silu": lambda z: z * expit(z), "gelu": lambda z: 0.5 * z * (1 + erf(z / np.sqrt(2)))}

@@ -25,8 +25,8 @@ import numpy as np
 # region vs 0.07 ms with workqueue); choose workqueue unless the caller set a layer explicitly.
 os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
 
-from transformer_limits.numeric.transformer_losses import SquaredErrorLoss, sample_tokens, target_map
-from transformer_limits.numeric.transformer_model import AttentionTransformer, init_params
+from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
+from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params
 
 
 def _time(fn, repeats: int) -> float:

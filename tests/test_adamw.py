@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from transformer_limits.numeric.adamw import (
+from transformer_limits.numeric.optim.adamw import (
     AdamW,
     BlockwiseAdamW,
     adamw_box_radius,

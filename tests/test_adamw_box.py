@@ -12,7 +12,7 @@ import sympy as sp
 
 import transformer_limits as tl
 from transformer_limits.cli import main
-from transformer_limits.numeric.adamw import (
+from transformer_limits.numeric.optim.adamw import (
     adamw_box_radius,
     adamw_box_radius_path,
     adamw_update_bound,

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_limits as tl
-from transformer_limits.numeric import attention_reference as ref
+from transformer_limits.numeric.attention import reference as ref
 
 
 def _scaled(rng, shape, radius2):

@@ -10,8 +10,8 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_limits.numeric import attention_reference as ref
-from transformer_limits.numeric.attention import attention_kernels, multi_head_field
+from transformer_limits.numeric.attention import reference as ref
+from transformer_limits.numeric.attention.kernels import attention_kernels, multi_head_field
 from transformer_limits.symbolic import attention as sym
 from transformer_limits.verify.taylor import taylor_test
 

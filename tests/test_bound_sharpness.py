@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 import transformer_limits as tl
-from transformer_limits.numeric import attention_reference as ref
-from transformer_limits.numeric.adamw import (AdamW, BlockwiseAdamW, adamw_box_radius,
+from transformer_limits.numeric.attention import reference as ref
+from transformer_limits.numeric.optim.adamw import (AdamW, BlockwiseAdamW, adamw_box_radius,
                                               adamw_box_radius_path, adamw_update_bound,
                                               adamw_update_bound_sup)
 
@@ -186,8 +186,8 @@ def test_rk4_step_doubling_estimate_is_asymptotically_exact():
     """forward_checked's |X_h - X_{h/2}|/15 is not only an upper-bound-like estimate: at 8 -> 16 steps
     it equals the true error of X_{h/2} (vs 512 steps) within 10%, so a /7 (order 3) or /31 (order 5)
     constant fails.  Measured ratios true/estimate: 0.62, 0.91, 1.03, 1.02 at 2, 4, 8, 16 steps."""
-    from transformer_limits.numeric.mean_field import HeadLaw, MeanFieldLimit
-    from transformer_limits.numeric.transformer_losses import sample_tokens
+    from transformer_limits.numeric.attention.mean_field import HeadLaw, MeanFieldLimit
+    from transformer_limits.numeric.attention.losses import sample_tokens
 
     law = HeadLaw.random(3, 4, 3, 2, 4, seed=1, gain=1.5)
     X0 = sample_tokens(6, 3, domain="ball", seed=101)

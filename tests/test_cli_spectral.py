@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from transformer_limits.cli import main
-from transformer_limits.numeric.spectral import rank_summary
+from transformer_limits.numeric.spectra.ranks import rank_summary
 
 POINTS = Path(__file__).parent / "data" / "spectral_global_points_160m.csv"
 

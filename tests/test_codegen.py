@@ -124,7 +124,7 @@ def test_warm_cache_loads_kernels_without_sympy_and_numba_cache_persists(tmp_pat
     env = dict(os.environ, TRANSFORMER_LIMITS_CACHE=str(tmp_path / "kc"), NUMBA_ENABLE_CUDASIM="0")
     script = textwrap.dedent("""
         import sys, numpy as np
-        from transformer_limits.numeric.attention import attention_kernels
+        from transformer_limits.numeric.attention.kernels import attention_kernels
         k = attention_kernels(2, 2, 2, "numba")
         X = np.random.default_rng(0).normal(size=(4, 2))
         A = k.attention(X, X, np.eye(2), np.eye(2), np.eye(2))
@@ -182,8 +182,8 @@ def test_cupy_attention_matches_reference():
     cupy = pytest.importorskip("cupy")
     if cupy.cuda.runtime.getDeviceCount() < 1:
         pytest.skip("no CUDA device")
-    from transformer_limits.numeric.attention import attention_kernels
-    from transformer_limits.numeric.attention_reference import lions_reference
+    from transformer_limits.numeric.attention.kernels import attention_kernels
+    from transformer_limits.numeric.attention.reference import lions_reference
 
     rng = np.random.default_rng(0)
     X, Q, K, V = (rng.normal(size=s) for s in ((33, 4), (3, 4), (3, 4), (2, 4)))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.common_noise_sde import (
+from transformer_limits.numeric.sphere.common_noise_sde import (
     STRONG_ORDER,
     CommonNoiseSDE,
     coupled_discrete_and_sde,
@@ -11,7 +11,7 @@ from transformer_limits.numeric.common_noise_sde import (
     sde_top_lyapunov,
     strong_errors_random_features,
 )
-from transformer_limits.numeric.sphere_transformer import SphereTransformer, uniform_sphere
+from transformer_limits.numeric.sphere.transformer import SphereTransformer, uniform_sphere
 from transformer_limits.verify.rate_fit import fit_power_law
 from transformer_limits.verify.verdicts import exponent_equals
 

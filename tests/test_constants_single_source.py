@@ -1,5 +1,5 @@
 """One source of truth per constant: numeric code takes derived constants from the derivations (via
-the generated :mod:`transformer_limits.numeric.derived_constants`), every numeric closed form equals
+the generated :mod:`transformer_limits.numeric.sphere.derived_constants`), every numeric closed form equals
 its SymPy derivation, and every published constant is checked against its published value.
 
 Published sources cited below:
@@ -25,12 +25,12 @@ import pytest
 import sympy as sp
 
 import transformer_limits as tl
-from transformer_limits.numeric import derived_constants as generated
-from transformer_limits.numeric.adamw import (AdamW, BlockwiseAdamW, adamw_box_radius,
+from transformer_limits.numeric.sphere import derived_constants as generated
+from transformer_limits.numeric.optim.adamw import (AdamW, BlockwiseAdamW, adamw_box_radius,
                                               adamw_box_radius_path, adamw_update_bound,
                                               adamw_update_bound_sup)
-from transformer_limits.numeric.common_noise_sde import CommonNoiseSDE
-from transformer_limits.numeric.lyapunov_simulation import ACTIVATIONS as LYAPUNOV_ACTIVATIONS
+from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE
+from transformer_limits.numeric.sphere.lyapunov import ACTIVATIONS as LYAPUNOV_ACTIVATIONS
 from transformer_limits.symbolic import adamw_box as box
 from transformer_limits.symbolic.derived_constants import (TARGET, derived_constants,
                                                            render_derived_constants)
@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_generated_constants_module_is_up_to_date_and_exact():
     assert TARGET.read_text(encoding="utf-8") == render_derived_constants(), (
-        "numeric/derived_constants.py is stale: run `python3 -m transformer_limits.symbolic.derived_constants`")
+        "numeric/sphere/derived_constants.py is stale: run `python3 -m transformer_limits.symbolic.derived_constants`")
     for name, (exact, _) in derived_constants().items():
         assert getattr(generated, name) == float(exact)
     assert derived_constants()["RELU_DK1_TIMES_D"][0] == sp.Rational(1, 2)
@@ -212,9 +212,9 @@ def test_gauss_hermite_rule_of_the_numeric_kernels():
 def test_numeric_adamw_and_sde_constants_need_no_sympy():
     """The numeric bound functions and the generated constants import no SymPy at run time."""
     code = ("import sys\n"
-            "from transformer_limits.numeric.adamw import adamw_box_radius, adamw_update_bound\n"
+            "from transformer_limits.numeric.optim.adamw import adamw_box_radius, adamw_update_bound\n"
             "from transformer_limits.numeric import derived_constants\n"
-            "from transformer_limits.numeric.common_noise_sde import CommonNoiseSDE\n"
+            "from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE\n"
             "adamw_box_radius(0.1, 1e-3, 1e-2); adamw_update_bound(0.9, 0.999, 10)\n"
             "CommonNoiseSDE(5).dk1\n"
             "assert 'sympy' not in sys.modules, 'sympy imported'\n")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.transformer_model import inverse_sqrt_heads
+from transformer_limits.numeric.attention.transformer import inverse_sqrt_heads
 from transformer_limits.verify.experiment import ExperimentConfig, experiment_spec, run_experiment
 from transformer_limits.verify.experiments import adamw_box, attention_depth_width as adw, token_independence
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import transformer_limits as tl
 from transformer_limits.cli import main
-from transformer_limits.numeric.flow_taylor import (
+from transformer_limits.numeric.attention.flow_taylor import (
     WRONG_EXPANSIONS,
     first_variation,
     flow_expansion_builder,
@@ -86,7 +86,7 @@ def test_variations_against_jet_and_finite_differences():
 
 
 def test_field_matches_mean_field_limit_and_head_law_input():
-    from transformer_limits.numeric.mean_field import HeadLaw, MeanFieldLimit
+    from transformer_limits.numeric.attention.mean_field import HeadLaw, MeanFieldLimit
 
     law = HeadLaw.random(3, 2, 2, 2, 3, seed=4)
     X = np.random.default_rng(5).standard_normal((5, 2))

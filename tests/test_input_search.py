@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.transformer_losses import sample_tokens
+from transformer_limits.numeric.attention.losses import sample_tokens
 from transformer_limits.verify import input_search as search
 from transformer_limits.verify.experiments import token_independence as ti
 from transformer_limits.verify.experiments.attention_depth_width import models_for

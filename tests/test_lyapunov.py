@@ -158,7 +158,7 @@ def test_cli_lyapunov_json_and_bad_params(capsys):
 
 
 def test_benettin_simulation_agrees_with_formula_and_rejects_typo():
-    from transformer_limits.numeric.lyapunov_simulation import simulate_top_lyapunov
+    from transformer_limits.numeric.sphere.lyapunov import simulate_top_lyapunov
 
     # Fixed seed; a 4-standard-error band has false-failure rate ≈ 6e-5 for a Gaussian estimate
     # (the O(Δt) discretisation bias, ~1e-3 here, is well below one standard error ≈ 7e-3).

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_limits.numeric.matrix_optimizers import (
+from transformer_limits.numeric.optim.matrix_optimizers import (
     NS_COEFFICIENTS_DION,
     NS_COEFFICIENTS_ORIGINAL,
     NS_EPS_RUNS,

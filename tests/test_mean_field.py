@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.mean_field import (AffineHeadLaw, HeadLaw, MeanFieldLimit,
+from transformer_limits.numeric.attention.mean_field import (AffineHeadLaw, HeadLaw, MeanFieldLimit,
                                                    discrete_node_loss_and_grad, quadrature_estimate,
                                                    train_adamw)
-from transformer_limits.numeric.transformer_losses import SquaredErrorLoss, sample_tokens, target_map
-from transformer_limits.numeric.transformer_model import AttentionTransformer, inverse_sqrt_heads
+from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
+from transformer_limits.numeric.attention.transformer import AttentionTransformer, inverse_sqrt_heads
 from transformer_limits.verify.rate_fit import fit_power_law
 from transformer_limits.verify.verdicts import exponent_equals
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.adamw import AdamW, BlockwiseAdamW, adamw_box_radius_path, adamw_update_bound
+from transformer_limits.numeric.optim.adamw import AdamW, BlockwiseAdamW, adamw_box_radius_path, adamw_update_bound
 
 TORCH_DEFAULTS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2)
 

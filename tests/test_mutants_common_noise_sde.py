@@ -22,9 +22,9 @@ import math
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.common_noise_sde import (CommonNoiseSDE, coupled_discrete_and_sde,
+from transformer_limits.numeric.sphere.common_noise_sde import (CommonNoiseSDE, coupled_discrete_and_sde,
                                                          sde_top_lyapunov)
-from transformer_limits.numeric.sphere_transformer import SphereTransformer
+from transformer_limits.numeric.sphere.transformer import SphereTransformer
 
 D, M, SU, SW = 3, 4, 0.3, 0.4
 

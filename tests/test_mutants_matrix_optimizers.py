@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.matrix_optimizers import NS_EPS_RUNS, NorMuon, newton_schulz
+from transformer_limits.numeric.optim.matrix_optimizers import NS_EPS_RUNS, NorMuon, newton_schulz
 
 
 @pytest.mark.parametrize("beta2", [-0.5, -1e-12, 1.0, 1.5])

@@ -17,8 +17,8 @@ import math
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.mean_field import AffineHeadLaw, HeadLaw, MeanFieldLimit, train_adamw
-from transformer_limits.numeric.transformer_losses import SquaredErrorLoss, sample_tokens, target_map
+from transformer_limits.numeric.attention.mean_field import AffineHeadLaw, HeadLaw, MeanFieldLimit, train_adamw
+from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
 
 D, DK, DV, N = 3, 2, 4, 6  # the numba kernels for these shapes are shared with test_mean_field
 NAMES = ("Q", "K", "V", "O")

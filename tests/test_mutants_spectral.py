@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.spectral import (
+from transformer_limits.numeric.spectra.ranks import (
     StreamingCovariance,
     covariance_matrix,
     covariance_spectrum,

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.sphere_transformer import (SphereTransformer, attention_scale,
+from transformer_limits.numeric.sphere.transformer import (SphereTransformer, attention_scale,
                                                            interaction_energy, layer_norm, project_tangent)
 
 

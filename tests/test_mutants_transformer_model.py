@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.transformer_model import AttentionTransformer, init_params
+from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params
 
 D, DK, DV = 3, 2, 4
 

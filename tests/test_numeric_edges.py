@@ -14,8 +14,8 @@ import pytest
 
 import transformer_limits as tl
 from transformer_limits.cli import main
-from transformer_limits.numeric import attention_reference as ref
-from transformer_limits.numeric.attention import attention_kernels
+from transformer_limits.numeric.attention import reference as ref
+from transformer_limits.numeric.attention.kernels import attention_kernels
 from transformer_limits.numeric.backends import backend_status
 from transformer_limits.symbolic import lyapunov as lyap
 from transformer_limits.symbolic.derivation import CHECK_STATES, CheckLine, check_state

@@ -25,8 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("transformer_limits.verify", "transformer_limits.numeric", "transformer_limits.symbolic")
 # exported functions whose name is also the name of the module defining them
-SHADOWED = {"transformer_limits.verify": "rate_check", "transformer_limits.numeric": "attention_layer",
-            "transformer_limits.symbolic": "derivation"}
+SHADOWED = {"transformer_limits.verify": "rate_check", "transformer_limits.symbolic": "derivation"}
 HEAVY = ("sympy", "scipy", "numba", "torch")
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-import transformer_limits.numeric.matrix_optimizers as mo
+import transformer_limits.numeric.optim.matrix_optimizers as mo
 from transformer_limits.numeric import spectral, token_strata
 
 PUBLISHED = {
@@ -74,8 +74,8 @@ def test_defaults_use_the_published_constants():
 
 def test_torch_side_uses_the_same_definitions():
     torch = pytest.importorskip("torch")
-    from transformer_limits.numeric import torch_optimizers as to
-    from transformer_limits.numeric.toy_gpt import init_std
+    from transformer_limits.numeric.torch import optimizers as to
+    from transformer_limits.numeric.torch.toy_gpt import init_std
 
     spec = to.optimizer_spec("muon")
     assert (spec.lr, spec.lion_lr, spec.weight_decay, spec.momentum, spec.ns_eps) == (0.02, 0.02, 0.01, 0.95, 1e-8)

@@ -3,8 +3,8 @@
 Each ``ref_*`` function below is written from the reference repository named in its docstring
 (not from ``transformer_limits``): a plain loop over steps with the reference's order of
 operations and its own orientation conventions.  The NumPy references
-(:mod:`transformer_limits.numeric.matrix_optimizers`) and the PyTorch optimizers
-(:mod:`transformer_limits.numeric.torch_optimizers`, float64) must agree with them to rounding on
+(:mod:`transformer_limits.numeric.optim.matrix_optimizers`) and the PyTorch optimizers
+(:mod:`transformer_limits.numeric.torch.optimizers`, float64) must agree with them to rounding on
 random non-square matrices, several steps, weight decay on, and every option in a setting where the
 options differ (NorMuon with many rows, Dion with rank ``r < min(m, n)`` in both orientations).
 """
@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.matrix_optimizers import Dion, Lion, Muon, NorMuon
+from transformer_limits.numeric.optim.matrix_optimizers import Dion, Lion, Muon, NorMuon
 
 JORDAN_NS = [(3.4445, -4.7750, 2.0315)] * 5  # KellerJordan/Muon muon.py
 DION_NS = [(4.0848, -6.8946, 2.9270), (3.9505, -6.3029, 2.6377), (3.7418, -5.5913, 2.3037),
@@ -172,7 +172,7 @@ def test_muon_matches_jordan_reference(shape, nesterov):
     ref = ref_muon_jordan(W, grads, 0.02, 0.95, 0.1, nesterov)
     ours = _run(Muon(0.02, 0.95, 0.1, nesterov=nesterov), W, grads)
     assert _rel(ours, ref) < 1e-12
-    from transformer_limits.numeric import torch_optimizers as to
+    from transformer_limits.numeric.torch import optimizers as to
     assert _rel(_torch_run(to.Muon, W, grads, lr=0.02, momentum=0.95, weight_decay=0.1, nesterov=nesterov),
                 ref) < 1e-12
     # the options are not degenerate here: the other momentum form / Nesterov flag differ
@@ -189,7 +189,7 @@ def test_muon_matches_microsoft_dion_reference(shape, nesterov):
     ref = ref_muon_dion(W, grads, 0.02, 0.95, 0.1, nesterov)
     kw = dict(nesterov=nesterov, momentum_form="sum", coefficients="dion", scale="spectral_norm", ns_eps=1e-8)
     assert _rel(_run(Muon(0.02, 0.95, 0.1, **kw), W, grads), ref) < 1e-12
-    from transformer_limits.numeric import torch_optimizers as to
+    from transformer_limits.numeric.torch import optimizers as to
     assert _rel(_torch_run(to.Muon, W, grads, lr=0.02, momentum=0.95, weight_decay=0.1, **kw), ref) < 1e-12
     # Jordan's coefficients or scale rule are a different optimizer
     assert _rel(_run(Muon(0.02, 0.95, 0.1, **{**kw, "coefficients": "original"}), W, grads), ref) > 1e-3
@@ -209,7 +209,7 @@ def test_newton_schulz_epsilon_is_the_runs_value_and_matters_for_small_gradients
     assert _rel(runs, ref) < 1e-12
     assert _rel(jordan_eps, ref) > 1e-6
     torch = pytest.importorskip("torch")
-    from transformer_limits.numeric.torch_optimizers import build_optimizer, optimizer_spec
+    from transformer_limits.numeric.torch.optimizers import build_optimizer, optimizer_spec
 
     for name in ("muon", "normuon"):
         block = torch.nn.Parameter(torch.zeros(4, 4))
@@ -226,7 +226,7 @@ def test_normuon_matches_microsoft_dion_reference(shape):
     W, grads = _problem(shape, 4)
     ref = ref_normuon(W, grads, 0.02, 0.95, 0.1)
     assert _rel(_run(NorMuon(0.02, 0.95, 0.1), W, grads), ref) < 1e-12
-    from transformer_limits.numeric import torch_optimizers as to
+    from transformer_limits.numeric.torch import optimizers as to
     assert _rel(_torch_run(to.NorMuon, W, grads, lr=0.02, momentum=0.95, weight_decay=0.1), ref) < 1e-12
     # non-degenerate: normalising per column instead of per row (neuron) is a different optimizer
     wrong = ref_normuon(W.T, [g.T for g in grads], 0.02, 0.95, 0.1).T
@@ -247,7 +247,7 @@ def test_dion_matches_microsoft_dion_reference(shape, fraction):
     Q0 = np.random.default_rng(11).standard_normal((min(shape), k))
     ref = ref_dion(W, grads, Q0, 0.02, 0.95, 0.1)
     assert _rel(_run(Dion(0.02, 0.95, 0.1, rank_fraction=fraction, seed=11), W, grads), ref) < 1e-10
-    from transformer_limits.numeric import torch_optimizers as to
+    from transformer_limits.numeric.torch import optimizers as to
     assert _rel(_torch_run(to.Dion, W, grads, lr=0.02, momentum=0.95, weight_decay=0.1,
                            rank_fraction=fraction, seed=11), ref) < 1e-10
     if fraction < 1:  # the rank matters: r < min(m, n) is a different update
@@ -275,7 +275,7 @@ def test_dion_keeps_q_on_an_all_zero_momentum(shape, zero_steps):
     for g in grads[1:]:
         opt.step(ours, g)
     assert _rel(ours, ref) < 1e-10
-    from transformer_limits.numeric import torch_optimizers as to
+    from transformer_limits.numeric.torch import optimizers as to
     assert _rel(_torch_run(to.Dion, W, grads, lr=0.02, momentum=0.95, weight_decay=0.1,
                            rank_fraction=0.25, seed=3), ref) < 1e-10
 
@@ -314,7 +314,7 @@ def test_lion_matches_lucidrains_reference(betas):
     W, grads = _problem((5, 7), 7, steps=5)
     ref = ref_lion(W, grads, 1e-3, *betas, 0.1)
     assert _rel(_run(Lion(1e-3, betas, 0.1), W, grads), ref) < 1e-14
-    from transformer_limits.numeric import torch_optimizers as to
+    from transformer_limits.numeric.torch import optimizers as to
     assert _rel(_torch_run(to.Lion, W, grads, lr=1e-3, betas=betas, weight_decay=0.1), ref) < 1e-14
     # β₁ and β₂ play different roles: swapping them changes the trajectory
     assert _rel(ref_lion(W, grads, 1e-3, betas[1], betas[0], 0.1), ref) > 1e-6
@@ -324,7 +324,7 @@ def test_factory_lion_rates_are_the_authors():
     """spectral-scaling-laws ``train/optimizer_factory.py``: embedding Lion at the matrix rate
     ``hp.lr``, head at ``hp.lr / sqrt(model_dim)``, betas (0.95, 0.98), no weight decay."""
     torch = pytest.importorskip("torch")
-    from transformer_limits.numeric.torch_optimizers import build_optimizer, optimizer_spec
+    from transformer_limits.numeric.torch.optimizers import build_optimizer, optimizer_spec
 
     for name in ("muon", "normuon", "dion-1/2"):
         spec = optimizer_spec(name)

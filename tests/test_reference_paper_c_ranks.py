@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_limits.numeric.spectral import (
+from transformer_limits.numeric.spectra.ranks import (
     covariance_spectrum,
     hard_rank,
     rank_summary,

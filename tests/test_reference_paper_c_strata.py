@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_limits.numeric.token_strata import frequency_strata, split_by_stratum
+from transformer_limits.numeric.spectra.token_strata import frequency_strata, split_by_stratum
 
 
 def ref_strata(counts, head_mass=0.33, mid_mass=0.67):

@@ -125,7 +125,7 @@ def test_check_kernel_dimensions():
 @pytest.mark.parametrize("dims, name", [((10**6, 2, 2), "d"), ((2, rl.MAX_KERNEL_DIMENSION + 1, 2), "d_k"),
                                         ((2, 2, 10**9), "d_v")])
 def test_attention_kernels_refuse_large_dimensions_before_generating(monkeypatch, dims, name):
-    from transformer_limits.numeric.attention import AttentionKernels
+    from transformer_limits.numeric.attention.kernels import AttentionKernels
 
     _no_codegen(monkeypatch)
     for backend in ("numpy", "numba"):
@@ -134,8 +134,8 @@ def test_attention_kernels_refuse_large_dimensions_before_generating(monkeypatch
 
 
 def test_layer_and_jet_kernels_refuse_large_dimensions_before_generating(monkeypatch):
-    from transformer_limits.numeric.attention_layer import AttentionLayer
-    from transformer_limits.numeric.flow_taylor import _jet_module, random_flow_instance
+    from transformer_limits.numeric.attention.layer import AttentionLayer
+    from transformer_limits.numeric.attention.flow_taylor import _jet_module, random_flow_instance
 
     _no_codegen(monkeypatch)
     with pytest.raises(ValueError, match="^d must be <= "):
@@ -161,8 +161,8 @@ def test_info_and_derive_list_state_the_limits(capsys):
 
 
 def test_pairwise_outputs_are_estimated_before_allocation(monkeypatch):
-    from transformer_limits.numeric.attention import attention_kernels
-    from transformer_limits.numeric.mlp_field import mlp_field_kernels
+    from transformer_limits.numeric.attention.kernels import attention_kernels
+    from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
 
     monkeypatch.setattr(rl, "MEMORY_BUDGET_BYTES", 2**20)  # 1 MiB stands in for 2 GiB
     X = np.zeros((200, 2))

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from transformer_limits.numeric.spectral import (
+from transformer_limits.numeric.spectra.ranks import (
     StreamingCovariance,
     as_numpy_array,
     covariance_matrix,

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from transformer_limits.numeric.mlp_field import mlp_field_kernels
-from transformer_limits.numeric.sphere_transformer import (
+from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
+from transformer_limits.numeric.sphere.transformer import (
     MLPLayer,
     SphereTransformer,
     layer_norm,

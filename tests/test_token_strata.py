@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_limits.numeric.token_strata import STRATA, frequency_strata, split_by_stratum
+from transformer_limits.numeric.spectra.token_strata import STRATA, frequency_strata, split_by_stratum
 
 count_vectors = st.lists(st.integers(0, 10**6), min_size=3, max_size=300).filter(lambda c: sum(c) > 0)
 

@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'transformer_limits[train]')")
 
-from transformer_limits.numeric import matrix_optimizers as ref  # noqa: E402
-from transformer_limits.numeric import torch_optimizers as tor  # noqa: E402
+from transformer_limits.numeric.optim import matrix_optimizers as ref  # noqa: E402
+from transformer_limits.numeric.torch import optimizers as tor  # noqa: E402
 
 SHAPES = [(6, 6), (5, 9), (12, 4), (1, 7)]
 TOL = 1e-10

@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'transformer_limits[train]')")
 
-from transformer_limits.numeric.spectral import covariance_matrix  # noqa: E402
-from transformer_limits.numeric.token_strata import STRATA, frequency_strata  # noqa: E402
-from transformer_limits.numeric.toy_gpt import (  # noqa: E402
+from transformer_limits.numeric.spectra.ranks import covariance_matrix  # noqa: E402
+from transformer_limits.numeric.spectra.token_strata import STRATA, frequency_strata  # noqa: E402
+from transformer_limits.numeric.torch.toy_gpt import (  # noqa: E402
     FFNActivationCollector,
     ToyGPT,
     ToyGPTConfig,
@@ -20,7 +20,7 @@ from transformer_limits.numeric.toy_gpt import (  # noqa: E402
     ZipfLanguage,
     train_toy_gpt,
 )
-from transformer_limits.numeric.torch_optimizers import optimizer_spec  # noqa: E402
+from transformer_limits.numeric.torch.optimizers import optimizer_spec  # noqa: E402
 from transformer_limits.verify.experiments import spectral_scaling as ss  # noqa: E402
 
 LANG = ZipfLanguage()

@@ -17,11 +17,11 @@ import math
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.adamw import AdamW, BlockwiseAdamW
-from transformer_limits.numeric.mean_field import (HeadLaw, MeanFieldLimit, discrete_node_loss_and_grad)
-from transformer_limits.numeric.transformer_losses import (MeanPooledRegressionLoss, SquaredErrorLoss,
+from transformer_limits.numeric.optim.adamw import AdamW, BlockwiseAdamW
+from transformer_limits.numeric.attention.mean_field import (HeadLaw, MeanFieldLimit, discrete_node_loss_and_grad)
+from transformer_limits.numeric.attention.losses import (MeanPooledRegressionLoss, SquaredErrorLoss,
                                                             sample_tokens, target_map)
-from transformer_limits.numeric.transformer_model import (AttentionTransformer, init_params,
+from transformer_limits.numeric.attention.transformer import (AttentionTransformer, init_params,
                                                            inverse_depth, inverse_heads,
                                                            inverse_sqrt_heads)
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from scipy import integrate, special
 
-from transformer_limits.numeric.common_noise_sde import CommonNoiseSDE
-from transformer_limits.numeric.sphere_transformer import MLPLayer, SphereTransformer
+from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE
+from transformer_limits.numeric.sphere.transformer import MLPLayer, SphereTransformer
 
 D, M, NTOK = 3, 7, 5
 
@@ -305,7 +305,7 @@ def test_benettin_tangent_push_is_the_derivative_of_the_layer_map(activation):
     """simulate_top_lyapunov pushes v by the Jacobian of x -> LN(x + sqrt(dt) G^m(x)); here the
     Jacobian is replaced by central finite differences of the transcribed map (same seeded draws,
     in the documented order U, W, b_U, b_W per step), and the time-normalised log growth agrees."""
-    from transformer_limits.numeric.lyapunov_simulation import simulate_top_lyapunov
+    from transformer_limits.numeric.sphere.lyapunov import simulate_top_lyapunov
 
     d, m, dt, steps, chains, su, sw = 4, 6, 0.05, 5, 3, 0.3, 0.2
     est = simulate_top_lyapunov(activation, d, su, sw, width=m, dt=dt, steps=steps, chains=chains, seed=3)

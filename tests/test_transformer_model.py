@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from transformer_limits.numeric.transformer_losses import (MeanPooledRegressionLoss, SquaredErrorLoss,
+from transformer_limits.numeric.attention.losses import (MeanPooledRegressionLoss, SquaredErrorLoss,
                                                             sample_tokens, target_map)
-from transformer_limits.numeric.transformer_model import (AttentionTransformer, init_params,
+from transformer_limits.numeric.attention.transformer import (AttentionTransformer, init_params,
                                                            inverse_sqrt_heads)
 from transformer_limits.verify.taylor import taylor_test
 
@@ -160,8 +160,8 @@ def test_head_scale_options_and_errors():
 def test_adamw_box_radii_bounds():
     """Per-step drift bounds of docs/theory.md §A.4: coordinatewise AdamW moves each entry by <= lr*C_beta,
     blockwise AdamW moves each head matrix by <= lr*C_beta in Frobenius norm (no weight decay)."""
-    from transformer_limits.numeric.adamw import adamw_update_bound
-    from transformer_limits.numeric.transformer_training import train_with_radii
+    from transformer_limits.numeric.optim.adamw import adamw_update_bound
+    from transformer_limits.numeric.attention.training import train_with_radii
 
     d, d_k, d_v, N, L, H = 3, 2, 4, 6, 2, 2
     params, X0, loss = _problem(d, d_k, d_v, N, L, H, seed=4)

@@ -154,7 +154,7 @@ def _write_plot(path: str, groups: dict, fits: list[dict]) -> None:
 def run_ranks(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from transformer_limits.numeric.spectral import rank_summary
+    from transformer_limits.numeric.spectra.ranks import rank_summary
 
     path = os.fspath(args.activations)
     if not os.path.isfile(path):

@@ -13,7 +13,7 @@ with ``‖u_k‖ ≤ C_β(k)``, hence the box radius
     R_θ(K) = (1−ηλ)^K R_0 + η C_β(K) Σ_{j<K} (1−ηλ)^j ≤ max(R_0, C_β/λ)      (0 ≤ ηλ ≤ 1),
 
 in the ∞-norm per coordinate (AdamW) or the Frobenius norm per block (Blockwise AdamW, sum
-normalisation).  The numeric counterpart is :mod:`transformer_limits.numeric.adamw`.
+normalisation).  The numeric counterpart is :mod:`transformer_limits.numeric.optim.adamw`.
 """
 
 from __future__ import annotations

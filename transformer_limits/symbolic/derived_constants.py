@@ -1,4 +1,4 @@
-"""Generator of :mod:`transformer_limits.numeric.derived_constants` (infrastructure, no derivation).
+"""Generator of :mod:`transformer_limits.numeric.sphere.derived_constants` (infrastructure, no derivation).
 
 Numeric code must not re-type a constant that a derivation computes, and must not import SymPy on
 its hot paths.  The constants it needs are therefore computed here from the derivations' SymPy
@@ -21,7 +21,7 @@ import sympy as sp
 
 __all__ = ["derived_constants", "render_derived_constants", "write_derived_constants", "TARGET"]
 
-TARGET = Path(__file__).resolve().parents[1] / "numeric" / "derived_constants.py"
+TARGET = Path(__file__).resolve().parents[1] / "numeric" / "sphere" / "derived_constants.py"
 
 
 def _number(expr: sp.Expr, what: str) -> sp.Rational:

@@ -9,7 +9,7 @@ evaluated input is a lower bound of the sup; the search reports the largest erro
 input that attained it.
 
 * :func:`ascend`: one projected ascent of f = ½|A^1 − B^1|² from a given start, with
-  :class:`~transformer_limits.numeric.adamw.AdamW` (λ = 0, β = (0.9, 0.99), ε = 1e-12, step
+  :class:`~transformer_limits.numeric.optim.adamw.AdamW` (λ = 0, β = (0.9, 0.99), ε = 1e-12, step
   η_k = lr·R / sqrt(1 + (k − 1)/4) for k = 1, 2, ...) on the negated gradient, the iterate projected
   onto the ball after every step.  Adam's per-coordinate scaling moves token 1 and the context tokens,
   whose gradients are O(1/N), alike.
@@ -37,8 +37,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from transformer_limits.numeric.adamw import AdamW
-from transformer_limits.numeric.transformer_losses import sample_tokens
+from transformer_limits.numeric.optim.adamw import AdamW
+from transformer_limits.numeric.attention.losses import sample_tokens
 
 __all__ = ["InputMap", "project_to_ball", "is_worse", "token_one_error", "ascend", "sup_error",
            "duplicate_tokens", "sup_error_ladder", "check_ladder"]

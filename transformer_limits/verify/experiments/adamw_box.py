@@ -4,7 +4,7 @@
 Claim (docs/theory.md §A.4, derivation ``adamw-box``): every Adam direction satisfies |m̂_k|/√v̂_k ≤ C_β(k)
 per coordinate (AdamW) or ‖m̂_k^B‖_F/√v̂_k^B ≤ C_β(k) per block (blockwise), whatever the gradients; with
 *decoupled* weight decay λ this gives the radius recursion R_k = |1 − ηλ| R_{k−1} + η C_β(k)
-(:func:`~transformer_limits.numeric.adamw.adamw_box_radius_path`).
+(:func:`~transformer_limits.numeric.optim.adamw.adamw_box_radius_path`).
 
 **box_holds** (deterministic): the paper-A model is trained with AdamW and with Blockwise AdamW
 (``train_with_radii``, exact adjoint gradients) at the experiment's lr / λ / β / K; for every step k,
@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 
 import transformer_limits
-from transformer_limits.numeric.adamw import adamw_box_radius_path
-from transformer_limits.numeric.transformer_losses import SquaredErrorLoss, sample_tokens, target_map
-from transformer_limits.numeric.transformer_model import PARAM_NAMES, AttentionTransformer, init_params
-from transformer_limits.numeric.transformer_training import train_with_radii
+from transformer_limits.numeric.optim.adamw import adamw_box_radius_path
+from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
+from transformer_limits.numeric.attention.transformer import PARAM_NAMES, AttentionTransformer, init_params
+from transformer_limits.numeric.attention.training import train_with_radii
 from transformer_limits.verify.experiment import (
     Experiment,
     ExperimentConfig,

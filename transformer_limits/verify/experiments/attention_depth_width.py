@@ -50,20 +50,20 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from transformer_limits.numeric.mean_field import (
+from transformer_limits.numeric.attention.mean_field import (
     HeadLaw,
     MeanFieldLimit,
     discrete_node_loss_and_grad,
     train_adamw,
 )
-from transformer_limits.numeric.transformer_model import (
+from transformer_limits.numeric.attention.transformer import (
     AdjointPass,
     AttentionTransformer,
     ForwardPass,
     inverse_heads,
     inverse_sqrt_heads,
 )
-from transformer_limits.numeric.transformer_losses import SquaredErrorLoss, sample_tokens, target_map
+from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
 from transformer_limits.verify.experiment import (
     Experiment,
     ExperimentConfig,

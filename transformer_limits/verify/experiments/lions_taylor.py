@@ -26,8 +26,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from transformer_limits.numeric.attention import attention_kernels
-from transformer_limits.numeric.flow_taylor import flow_expansion_builder
+from transformer_limits.numeric.attention.kernels import attention_kernels
+from transformer_limits.numeric.attention.flow_taylor import flow_expansion_builder
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, register_experiment
 from transformer_limits.verify.rate_fit import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure

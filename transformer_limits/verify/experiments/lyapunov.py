@@ -4,7 +4,7 @@ Formula (derivation ``lyapunov``, docs/theory.md §B.7): λ_1 = ((d−3)/2) k'(1
 zonal covariance of the random-MLP field (derivation ``mlp-kernel``); for ReLU, Proposition 1.5
 (corrected sign) λ_1 = −1/(2d) − (σ_U²+2σ_W²)(d−1)/4.
 
-Simulation: :func:`~transformer_limits.numeric.lyapunov_simulation.simulate_top_lyapunov`, the
+Simulation: :func:`~transformer_limits.numeric.sphere.lyapunov.simulate_top_lyapunov`, the
 Benettin estimate of the discrete map x ← LN(x + √Δt G^m(x)) (fresh width-m MLP each step).  Its bias
 is O(Δt), with a constant that grows with the field's size: sigmoid at d = 64 (λ_1 ≈ −7.9,
 d·k(1) ≈ 16) is off by ≈ 58·Δt.  So
@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import stats
 
-from transformer_limits.numeric.lyapunov_simulation import simulate_top_lyapunov
+from transformer_limits.numeric.sphere.lyapunov import simulate_top_lyapunov
 from transformer_limits.verify.experiment import (
     Experiment,
     ExperimentConfig,

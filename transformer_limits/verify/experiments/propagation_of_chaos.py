@@ -6,7 +6,7 @@ Claim (docs/theory.md §B.5, Fournier–Guillin rates, corrected column): for X_
 Simulation: the N-particle SDE (projected Euler–Maruyama, attention attractive, Q^TK = βI, V = I) and
 a reference system of N_ref particles (independent initial draws from μ_0 = uniform on S^{d−1}),
 **driven by the same common noise**: each step draws one random-feature field (m fresh features,
-:meth:`~transformer_limits.numeric.common_noise_sde.CommonNoiseSDE.simulate_systems`) evaluated at
+:meth:`~transformer_limits.numeric.sphere.common_noise_sde.CommonNoiseSDE.simulate_systems`) evaluated at
 every particle of every system.  μ_t is approximated by the reference's empirical measure (its own
 error is of order N_ref^{-1/2}, a floor that only flattens the largest-N levels).
 
@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from transformer_limits.numeric.common_noise_sde import CommonNoiseSDE
-from transformer_limits.numeric.sphere_transformer import uniform_sphere
+from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE
+from transformer_limits.numeric.sphere.transformer import uniform_sphere
 from transformer_limits.verify.experiment import (
     Experiment,
     ExperimentConfig,

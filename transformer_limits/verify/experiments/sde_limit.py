@@ -6,13 +6,13 @@ Claim (docs/theory.md §B.4): under the paper's coupling,
 * **L-part** (:func:`depth_errors`): the discrete model (width m, L layers) and the limit SDE are
   driven by the same noise — layer ℓ's MLP output layer is built from the Brownian increments that
   drive the SDE's random-feature field with layer ℓ's features (see
-  :func:`~transformer_limits.numeric.common_noise_sde.coupled_discrete_and_sde`); the SDE runs with
+  :func:`~transformer_limits.numeric.sphere.common_noise_sde.coupled_discrete_and_sde`); the SDE runs with
   projected Euler–Maruyama at the fixed fine step T/L_ref.  Errors: grid-time mean-square error at
   t = T, ``(1/N) Σ_i |X^i_L − X̄^i_T|²`` (claim L^-1, check ``exponent_L``), and the sup over all fine
   times (claim log L/L, reported).
 * **m-part** (:func:`width_errors`): at fixed L the width-m chain and the Gaussian-field (m = ∞)
   chain share the standard normals Z of every layer (conditional-Gaussian representation of the
-  width-m MLP, :func:`~transformer_limits.numeric.common_noise_sde.coupled_width_chains`); error
+  width-m MLP, :func:`~transformer_limits.numeric.sphere.common_noise_sde.coupled_width_chains`); error
   ``(1/N) Σ_i |X^{m,i}_L − X^{∞,i}_L|²`` (claim m^-1, check ``exponent_m``).
 
 Both checks are ``exponent_equals`` (two-sided, α = 0.01, conservative CI = union of the seed
@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from transformer_limits.numeric.common_noise_sde import (
+from transformer_limits.numeric.sphere.common_noise_sde import (
     CommonNoiseSDE,
     coupled_discrete_and_sde,
     coupled_width_chains,
 )
-from transformer_limits.numeric.sphere_transformer import SphereTransformer, uniform_sphere
+from transformer_limits.numeric.sphere.transformer import SphereTransformer, uniform_sphere
 from transformer_limits.verify.experiment import (
     Experiment,
     ExperimentConfig,

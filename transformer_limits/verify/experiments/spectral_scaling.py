@@ -1,6 +1,6 @@
 """Experiment ``spectral-scaling``: toy-scale reproduction of paper C's optimizer-induced rank scaling.
 
-Trains the toy GPT of :mod:`transformer_limits.numeric.toy_gpt` on the synthetic Zipfian language
+Trains the toy GPT of :mod:`transformer_limits.numeric.torch.toy_gpt` on the synthetic Zipfian language
 with AdamW, Muon, NorMuon, Dion(1/2) and Dion(1/16) at FFN widths ``D = k·d_model``, measures the
 post-activation FFN covariance ranks ``R_1`` (soft) and ``R_2`` (hard) per HEAD/MID/TAIL stratum
 (and pooled, ``GLOBAL``) on held-out tokens, takes the median over layers (docs/theory.md §C.6), and fits
@@ -196,8 +196,8 @@ def _train_one(task: tuple[str, int, int, Grid]) -> dict[str, Any]:
     """Worker: one training run; returns plain data (picklable)."""
     import torch
 
-    from transformer_limits.numeric.toy_gpt import ToyGPTConfig, ToyRunConfig, train_toy_gpt
-    from transformer_limits.numeric.torch_optimizers import optimizer_spec
+    from transformer_limits.numeric.torch.toy_gpt import ToyGPTConfig, ToyRunConfig, train_toy_gpt
+    from transformer_limits.numeric.torch.optimizers import optimizer_spec
 
     torch.set_num_threads(1)
     name, k, seed, grid = task

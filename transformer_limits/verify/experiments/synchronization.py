@@ -6,7 +6,7 @@ Claim (docs/theory.md §B.6): under Assumption 1 (λ̄ = (d−1)k'(1) − (d−3
 derivation ``lyapunov`` (value ``lambda_bar_prime``).
 
 Simulation: N tokens, the limit SDE with the field sampled exactly in law at the token positions
-(projected Euler–Maruyama, :class:`~transformer_limits.numeric.common_noise_sde.CommonNoiseSDE`),
+(projected Euler–Maruyama, :class:`~transformer_limits.numeric.sphere.common_noise_sde.CommonNoiseSDE`),
 E_β(μ^N_t) recorded at ``n_eval`` times; the decay rate r is the OLS slope of log E[E_β(μ_t)] in t,
 fitted with :func:`~transformer_limits.verify.rate_fit.fit_power_law` on p = e^t (so the power-law
 exponent *is* the exponential rate; seed bootstrap + t interval, "conservative").
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 import transformer_limits
-from transformer_limits.numeric.common_noise_sde import CommonNoiseSDE
-from transformer_limits.numeric.sphere_transformer import interaction_energy, uniform_sphere
+from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE
+from transformer_limits.numeric.sphere.transformer import interaction_energy, uniform_sphere
 from transformer_limits.verify.experiment import (
     Experiment,
     ExperimentConfig,

@@ -10,7 +10,7 @@ w_j = 1/M) and one head (Q, K in R^{d_k x d}, V in R^{d_v x d}), docs/theory.md 
 
 Kernels are generated from the SymPy derivations once per (d, d_k, d_v, flavour), stored in the
 kernel cache (:mod:`transformer_limits.kernel_cache`) and imported from there; a warm process never
-imports SymPy.  :mod:`transformer_limits.numeric.attention_reference` is an independent NumPy
+imports SymPy.  :mod:`transformer_limits.numeric.attention.reference` is an independent NumPy
 (einsum) implementation that every backend is tested against.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from transformer_limits import kernel_cache
-from transformer_limits.numeric.attention_reference import check_magnitudes
+from transformer_limits.numeric.attention.reference import check_magnitudes
 from transformer_limits.numeric.backends import BACKENDS, backend_status
 from transformer_limits.resource_limits import check_kernel_dimensions, check_memory
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from transformer_limits.numeric.spectral import as_numpy_array
+from transformer_limits.numeric.spectra.ranks import as_numpy_array
 
 __all__ = ["STRATA", "FrequencyStrata", "frequency_strata", "split_by_stratum"]
 

@@ -10,8 +10,8 @@ with U (m, d), W (d, m) i.i.d. N(0, 1), b_U ~ N(0, σ_U² I_m), b_W ~ N(0, σ_W�
 every layer, and softmax attention ``Attn_X(x_i) = Σ_j softmax_j(⟨Q x_i, K x_j⟩) V x_j`` (the same
 Q, K, V in all layers; default Q = K = √β I so that Q^T K = β I, V = I).  ``attention`` is the scale
 s: ``"attractive"`` (+1), ``"none"`` (0), ``"repulsive"`` (−1) or a number.  The MLP field uses the
-generated kernels of :mod:`transformer_limits.numeric.mlp_field` (``backend`` numpy or numba), the
-attention those of :mod:`transformer_limits.numeric.attention`.
+generated kernels of :mod:`transformer_limits.numeric.sphere.mlp_field` (``backend`` numpy or numba), the
+attention those of :mod:`transformer_limits.numeric.attention.kernels`.
 
 ``alpha2_power`` exists to build deliberately wrong models (α_2 = (T/L)^1 has no diffusive limit).
 """
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from transformer_limits.numeric.attention import attention_kernels
-from transformer_limits.numeric.mlp_field import MLP_BACKENDS, mlp_field_kernels
+from transformer_limits.numeric.attention.kernels import attention_kernels
+from transformer_limits.numeric.sphere.mlp_field import MLP_BACKENDS, mlp_field_kernels
 
 __all__ = ["SphereTransformer", "MLPLayer", "layer_norm", "project_tangent", "uniform_sphere",
            "interaction_energy", "attention_scale"]

@@ -10,7 +10,7 @@ the order-k block expansion of the flow map Phi_h (derivation ``flow-taylor``) i
     c_3 = (D^2F[F, F] + DF[DF[F]]) / 6,
 
 with the first variation (spatial Jacobian + Lions/interaction term, generated attention kernels
-:func:`~transformer_limits.numeric.attention.attention_kernels`)
+:func:`~transformer_limits.numeric.attention.kernels.attention_kernels`)
 
     DF_i[v] = sum_a w_a O_a [ grad_x A_a(X^i) v^i + (1/N) sum_j d_mu A_a(X^i)(X^j) v^j ],
 
@@ -39,7 +39,7 @@ import numpy as np
 
 from transformer_limits import kernel_cache
 from transformer_limits.resource_limits import check_kernel_dimensions
-from transformer_limits.numeric.attention import attention_kernels
+from transformer_limits.numeric.attention.kernels import attention_kernels
 
 if TYPE_CHECKING:
     from transformer_limits.verify.taylor import TaylorResult
@@ -74,7 +74,7 @@ class FrozenHeads:
 
 
 def frozen_heads(law_or_params: Any, *, t: float = 0.0, temperature: float = 1.0) -> FrozenHeads:
-    """Heads from a :class:`~transformer_limits.numeric.mean_field.HeadLaw` (atoms theta_a(t), weights
+    """Heads from a :class:`~transformer_limits.numeric.attention.mean_field.HeadLaw` (atoms theta_a(t), weights
     w_a), a :class:`FrozenHeads`, or a mapping with Q, K, V, O stacks (A, ...) and optional
     ``weights`` (A,) (default uniform)."""
     if isinstance(law_or_params, FrozenHeads):

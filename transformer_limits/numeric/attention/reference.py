@@ -1,7 +1,7 @@
 """Independent NumPy (einsum) reference for attention and its derivatives (docs/theory.md §A.3).
 
 Written from the matrix formulas, without the code generator, so that the generated kernels of
-every backend can be checked against it.  Shapes as in :mod:`transformer_limits.numeric.attention`.
+every backend can be checked against it.  Shapes as in :mod:`transformer_limits.numeric.attention.kernels`.
 """
 
 from __future__ import annotations

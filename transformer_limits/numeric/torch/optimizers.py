@@ -1,7 +1,7 @@
 """PyTorch implementations of the matrix optimizers of docs/theory.md §C.8 and the authors' optimizer factory.
 
 The update rules are those of the float64 NumPy references in
-:mod:`transformer_limits.numeric.matrix_optimizers` (same symbols, same defaults, same Dion ``Q_0``
+:mod:`transformer_limits.numeric.optim.matrix_optimizers` (same symbols, same defaults, same Dion ``Q_0``
 draw), written as :class:`torch.optim.Optimizer` subclasses so that they can train a model; in
 float64 they reproduce the references to rounding (``tests/test_torch_optimizers.py``).  Weights
 use the ``Linear.weight`` layout ``W ∈ R^{fan_out × fan_in}``; decoupled weight decay
@@ -27,7 +27,7 @@ use the ``Linear.weight`` layout ``W ∈ R^{fan_out × fan_in}``; decoupled weig
 parameters of the transformer blocks get the named optimizer; embedding and ``lm_head`` get Lion
 (``lr_embed = lr``, ``lr_head = lr/√d_model`` with the matrix rate ``lr``, no weight decay) — or
 AdamW everywhere for the AdamW runs.  Every published constant is imported from
-:mod:`transformer_limits.numeric.matrix_optimizers` (one definition, one cited source).
+:mod:`transformer_limits.numeric.optim.matrix_optimizers` (one definition, one cited source).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any, Iterable, Literal, Sequence
 import numpy as np
 import torch
 
-from transformer_limits.numeric.matrix_optimizers import (
+from transformer_limits.numeric.optim.matrix_optimizers import (
     ADAMW_BETAS,
     ADAMW_LR,
     DION_EPS,

@@ -18,7 +18,7 @@ Backends:
 
 ``numpy``  reference: the field by explicit softmax matrices, xbar by the docs/theory.md §A.2 formula with
            the Jacobian and Lions-derivative tensors of the generated NumPy attention kernels
-           (:func:`transformer_limits.numeric.attention.attention_kernels`; O(N^2 d d_v) memory per head,
+           (:func:`transformer_limits.numeric.attention.kernels.attention_kernels`; O(N^2 d d_v) memory per head,
            for tests); parameter gradients by matrix products.
 ``blas``   plain batched NumPy/BLAS backpropagation (matmul over heads, (H, N, N) softmax matrices);
            the baseline of ``benchmarks/bench_transformer.py``.
@@ -196,7 +196,7 @@ class AttentionLayer:
 
     def _xbar_theory(self, X, Qs, Ks, Vs, Os, c, PC, lions):
         """docs/theory.md §A.2: Jacobian term + Lions term, with the generated NumPy attention kernels."""
-        from transformer_limits.numeric.attention import attention_kernels
+        from transformer_limits.numeric.attention.kernels import attention_kernels
 
         kern = attention_kernels(self.d, self.d_k, self.d_v, "numpy")
         N = X.shape[0]

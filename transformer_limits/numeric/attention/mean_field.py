@@ -9,7 +9,7 @@ For N particles X_t = (X_t^1..X_t^N) and a law nu_t of head parameters at depth-
 
 with mu_t^i the empirical measure of the particles (prefix measure when causal) and w_ji = 1/N
 (unmasked) or 1_{i<=j}/j (causal).  The right-hand sides are one attention layer with the atoms of
-nu_t as heads and their weights as head weights (:mod:`transformer_limits.numeric.attention_layer`),
+nu_t as heads and their weights as head weights (:mod:`transformer_limits.numeric.attention.layer`),
 so the same generated kernels serve the discrete model and the limit.
 
 Parametrisation of nu_t (ours, documented in docs/paper_a_model.md): a :class:`HeadLaw` has atoms
@@ -25,7 +25,7 @@ Time stepping: classical RK4 with steps aligned to the nodes (the parameters are
 nodes); :meth:`MeanFieldLimit.forward_checked` estimates the error by step doubling (Richardson,
 |X_h - X_{h/2}| / 15).  The adjoint integrates (X, P, node gradients) backward from t = 1 with RK4.
 
-Training in the limit: AdamW (:mod:`transformer_limits.numeric.adamw`) on the node parameters
+Training in the limit: AdamW (:mod:`transformer_limits.numeric.optim.adamw`) on the node parameters
 theta_{n,a} driven by dJ/dtheta_{n,a} = int_0^1 phi_n(t) (1/N) sum_i d_theta gamma(...)^T w_a P_t^i dt;
 the discrete network with exact heads has the same trainable node parameters (its layer-r heads are
 theta_a(r/L)), and its gradient is the left Riemann sum of that integral, so "discrete network after
@@ -40,9 +40,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from transformer_limits.numeric.adamw import AdamW, BlockwiseAdamW
-from transformer_limits.numeric.attention_layer import attention_layer
-from transformer_limits.numeric.transformer_model import PARAM_NAMES, AttentionTransformer
+from transformer_limits.numeric.optim.adamw import AdamW, BlockwiseAdamW
+from transformer_limits.numeric.attention.layer import attention_layer
+from transformer_limits.numeric.attention.transformer import PARAM_NAMES, AttentionTransformer
 
 __all__ = ["HeadLaw", "AffineHeadLaw", "MeanFieldLimit", "RK4Result", "quadrature_estimate",
            "discrete_node_loss_and_grad", "train_adamw", "TrainingHistory"]
@@ -113,7 +113,7 @@ class HeadLaw:
     def random(cls, n_nodes: int, n_atoms: int, d: int, d_k: int, d_v: int, *, seed: int = 0,
                gain: float = 1.0, weights: Any = None) -> "HeadLaw":
         """Xavier-uniform atoms at every node (compact support), equal or given weights."""
-        from transformer_limits.numeric.transformer_model import init_params
+        from transformer_limits.numeric.attention.transformer import init_params
 
         params = init_params(n_nodes, n_atoms, d, d_k, d_v, seed=seed, gain=gain)
         w = np.full(n_atoms, 1.0 / n_atoms) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -162,7 +162,7 @@ class AffineHeadLaw:
     @classmethod
     def random(cls, n_nodes: int, latent_dim: int, d: int, d_k: int, d_v: int, *, seed: int = 0,
                spread: float = 0.5) -> "AffineHeadLaw":
-        from transformer_limits.numeric.transformer_model import init_params
+        from transformer_limits.numeric.attention.transformer import init_params
 
         mean = {k: v[:, 0] for k, v in init_params(n_nodes, 1, d, d_k, d_v, seed=seed).items()}
         dirs = init_params(n_nodes, latent_dim, d, d_k, d_v, seed=seed + 1, gain=spread)

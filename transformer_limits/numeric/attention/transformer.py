@@ -22,7 +22,7 @@ Backward pass: the adjoint recursion of docs/theory.md §A.2 with p_r^i = dLoss/
 w_ji = 1/N (unmasked; the Lions term of docs/theory.md §A.2) or 1_{i<=j}/j (causal: token i influences
 only the later tokens j >= i, each through its own prefix measure of i... j tokens), p_L = dLoss/dx_L;
 and dLoss/dtheta_{r,h} = c_{r,h} sum_i d_theta gamma(x_r^i, m_r^i, theta_{r,h})^T p_{r+1}^i.  The
-per-layer VJPs live in :mod:`transformer_limits.numeric.attention_layer` (backends numpy, blas, numba).
+per-layer VJPs live in :mod:`transformer_limits.numeric.attention.layer` (backends numpy, blas, numba).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from transformer_limits.numeric.attention_layer import LAYER_BACKENDS, LayerCache, attention_layer
+from transformer_limits.numeric.attention.layer import LAYER_BACKENDS, LayerCache, attention_layer
 
 __all__ = [
     "PARAM_NAMES",
@@ -203,7 +203,7 @@ class AttentionTransformer:
 
     def loss_and_grad(self, X0: Any, params: dict[str, Any], loss: Any, head_weights: Any = None):
         """(Loss value, gradients dict, ForwardPass, AdjointPass); ``loss`` has ``value(X_L)`` and
-        ``grad(X_L)`` (= dLoss/dx_L), e.g. :class:`~transformer_limits.numeric.transformer_losses.SquaredErrorLoss`."""
+        ``grad(X_L)`` (= dLoss/dx_L), e.g. :class:`~transformer_limits.numeric.attention.losses.SquaredErrorLoss`."""
         fwd = self.forward(X0, params, head_weights)
         adj = self.backward(fwd, params, loss.grad(fwd.states[-1]))
         return float(loss.value(fwd.states[-1])), adj.grads, fwd, adj

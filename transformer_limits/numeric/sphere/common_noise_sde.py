@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from transformer_limits.numeric.derived_constants import RELU_DK1_TIMES_D
-from transformer_limits.numeric.lyapunov_simulation import LyapunovEstimate
-from transformer_limits.numeric.sphere_transformer import (
+from transformer_limits.numeric.sphere.derived_constants import RELU_DK1_TIMES_D
+from transformer_limits.numeric.sphere.lyapunov import LyapunovEstimate
+from transformer_limits.numeric.sphere.transformer import (
     MLPLayer,
     SphereTransformer,
     attention_scale,
@@ -54,8 +54,8 @@ from transformer_limits.numeric.sphere_transformer import (
     project_tangent,
     set_attention_matrices,
 )
-from transformer_limits.numeric.attention import attention_kernels
-from transformer_limits.numeric.mlp_field import mlp_field_kernels
+from transformer_limits.numeric.attention.kernels import attention_kernels
+from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
 
 __all__ = ["CommonNoiseSDE", "psd_sqrt", "coupled_discrete_and_sde", "coupled_width_chains",
            "strong_errors_random_features", "sde_top_lyapunov", "STRONG_ORDER"]

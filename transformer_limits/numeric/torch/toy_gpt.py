@@ -45,14 +45,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_limits.numeric.spectral import (
+from transformer_limits.numeric.spectra.ranks import (
     StreamingCovariance,
     as_numpy_array,
     covariance_spectrum,
     renyi_rank,
 )
-from transformer_limits.numeric.token_strata import STRATA, FrequencyStrata, frequency_strata
-from transformer_limits.numeric.torch_optimizers import OptimizerSpec, build_optimizer
+from transformer_limits.numeric.spectra.token_strata import STRATA, FrequencyStrata, frequency_strata
+from transformer_limits.numeric.torch.optimizers import OptimizerSpec, build_optimizer
 
 __all__ = [
     "ZipfLanguage",

@@ -5,7 +5,7 @@ S(R_theta) = {||Q||, ||K||, ||V||, ||O|| <= R_theta}, docs/theory.md §A.4) and 
 
 Radii per step k = 0..K, matrix in {Q, K, V, O}, layer r and head h: operator norm (largest singular
 value), Frobenius norm, and the same norms of the drift theta_k - theta_0.  Gradients are the exact
-adjoint gradients of :class:`transformer_limits.numeric.transformer_model.AttentionTransformer`
+adjoint gradients of :class:`transformer_limits.numeric.attention.transformer.AttentionTransformer`
 (shape (L, H, ...) stacks: BlockwiseAdamW uses ``block_axes=2``, one block per head matrix).
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from transformer_limits.numeric.adamw import AdamW, BlockwiseAdamW
-from transformer_limits.numeric.transformer_model import PARAM_NAMES, AttentionTransformer
+from transformer_limits.numeric.optim.adamw import AdamW, BlockwiseAdamW
+from transformer_limits.numeric.attention.transformer import PARAM_NAMES, AttentionTransformer
 
 __all__ = ["HeadRadii", "head_radii", "train_with_radii"]
 

@@ -18,7 +18,7 @@ Conventions:
   ``numpy.random.default_rng(seed)``.
 * **Published constants** are defined once, here, with their source (``tests/
   test_published_constants_paper_c.py`` checks each against its publication);
-  :mod:`transformer_limits.numeric.torch_optimizers` imports them.
+  :mod:`transformer_limits.numeric.torch.optimizers` imports them.
 """
 
 from __future__ import annotations

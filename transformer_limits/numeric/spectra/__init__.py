@@ -1,0 +1,2 @@
+"""Paper C (docs/theory.md §C): covariance spectra, Rényi effective ranks and token-frequency strata.
+"""
