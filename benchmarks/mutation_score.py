@@ -87,9 +87,21 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
      ("tests/test_verdicts.py", "tests/test_verdict_power.py?", "tests/test_mutants_verdicts.py?")),
     ("scaling_fit", "transformer_limits/verify/scaling_fit.py",
      ("tests/test_scaling_fit.py", "tests/test_mutants_scaling_fit.py?")),
-    ("rate_fit", "transformer_limits/verify/rate_fit.py",
-     ("tests/test_rate_fit.py", "tests/test_interval_coverage.py?", "tests/test_mutants_rate_fit.py?")),
+    ("width_scaling", "transformer_limits/verify/stats/width_scaling.py",
+     ("tests/test_scaling_fit.py", "tests/test_stats_width_scaling.py?", "tests/test_mutants_scaling_fit.py?")),
+    # the rate fits (one module, rate_fit.py, before issue 12): tested together through fit_power_law
+    # and fit_rate_claim
+    *((name, f"transformer_limits/verify/stats/{name}.py",
+       ("tests/test_rate_fit.py", "tests/test_interval_coverage.py?", "tests/test_mutants_rate_fit.py?",
+        f"tests/test_stats_{name}.py?"))
+      for name in ("estimate", "seed_bootstrap", "fit_quality", "asymptotic_window", "power_law", "multi_term")),
+    ("intervals", "transformer_limits/verify/stats/intervals.py",
+     ("tests/test_stats_intervals.py", "tests/test_interval_coverage.py?")),
+    ("ratio_trend", "transformer_limits/verify/stats/ratio_trend.py",
+     ("tests/test_stats_ratio_trend.py", "tests/test_interval_coverage.py?")),
     ("rate_claims", "transformer_limits/verify/rate_claims.py",
+     ("tests/test_rate_claims.py", "tests/test_mutants_rate_claims.py?")),
+    ("rate_claim_grammar", "transformer_limits/verify/rate_claim_grammar.py",
      ("tests/test_rate_claims.py", "tests/test_mutants_rate_claims.py?")),
 ]
 

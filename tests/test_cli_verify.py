@@ -8,7 +8,7 @@ import json
 import pytest
 
 from transformer_limits.cli import main
-from transformer_limits.verify import experiment as experiment_mod
+from transformer_limits.verify import registry as experiment_mod
 from transformer_limits.verify import report as report_mod
 from transformer_limits.verify.experiment import Experiment, ExperimentResult
 from transformer_limits.verify.verdicts import Check
@@ -37,7 +37,7 @@ def dummies(monkeypatch):
     experiment_mod.list_experiments()  # discover the real ones first
     for name, passed in (("dummy-pass", True), ("dummy-fail", False), ("dummy-crash", None)):
         exp = Experiment(name=name, title=f"{name} title", paper="A", claim="1 + 1 = 2", derivations=(),
-                         check_names=("dummy_check",), run=_runner(name, passed), profiles=("full",))
+                         checks=("dummy_check",), run=_runner(name, passed), profiles=("full",))
         monkeypatch.setitem(experiment_mod._REGISTRY, name, exp)
     CALLS.clear()
     yield

@@ -12,7 +12,7 @@ from transformer_limits.numeric.sphere.common_noise_sde import (
     strong_errors_random_features,
 )
 from transformer_limits.numeric.sphere.transformer import SphereTransformer, uniform_sphere
-from transformer_limits.verify.rate_fit import fit_power_law
+from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.verdicts import exponent_equals
 
 

@@ -213,7 +213,7 @@ def test_numeric_adamw_and_sde_constants_need_no_sympy():
     """The numeric bound functions and the generated constants import no SymPy at run time."""
     code = ("import sys\n"
             "from transformer_limits.numeric.optim.adamw import adamw_box_radius, adamw_update_bound\n"
-            "from transformer_limits.numeric import derived_constants\n"
+            "from transformer_limits.numeric.sphere import derived_constants\n"
             "from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE\n"
             "adamw_box_radius(0.1, 1e-3, 1e-2); adamw_update_bound(0.9, 0.999, 10)\n"
             "CommonNoiseSDE(5).dk1\n"

@@ -27,7 +27,7 @@ distributed = pytest.importorskip(
 
 from transformer_limits.errors import SchedulerError  # noqa: E402
 from transformer_limits.verify.experiments import lyapunov  # noqa: E402
-from transformer_limits.verify.sweep import run_sweep  # noqa: E402
+from transformer_limits.verify.sweeps import run_sweep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 N_WORKERS = 2
@@ -201,7 +201,9 @@ def test_a_wrong_point_changes_the_cluster_results(cluster, tmp_path):
 # must FAIL).  Small enough for the default suite; the built-in ``lyapunov`` quick profile takes
 # minutes on a shared 2-core machine.
 _EXPERIMENTS = '''
-from transformer_limits.verify.experiment import Experiment, ExperimentResult, register_experiment, run_points
+from transformer_limits.verify.experiment import Experiment, ExperimentResult
+from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.running import run_points
 from transformer_limits.verify.experiments import lyapunov as ly
 
 ACTIVATION, D, SIGMA = "relu", 5, 0.1
@@ -226,7 +228,7 @@ def run_typo(config):
 
 for name, fn in (("cluster-lyapunov", run), ("cluster-lyapunov-typo", run_typo)):
     register_experiment(Experiment(name=name, title=name, paper="B", claim="lambda_1 as derived",
-                                   derivations=(), check_names=("lyapunov_agrees",), run=fn, profiles=()))
+                                   derivations=(), checks=("lyapunov_agrees",), run=fn, profiles=()))
 '''
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transformer_limits.verify.experiment import ExperimentConfig, experiment_spec, run_experiment
+from transformer_limits.verify.experiment import ExperimentConfig
+from transformer_limits.verify.registry import experiment_spec
+from transformer_limits.verify.running import run_experiment
 from transformer_limits.verify.experiments import lions_taylor as lt
 
 

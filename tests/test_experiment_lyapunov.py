@@ -1,8 +1,8 @@
 """Experiment ``lyapunov``: simulated λ_1 vs the derived formula; a wrong formula must fail.
 
 Statistical tests use fixed seeds; each z-test family has a stated family-wise false-failure rate
-FWER = 0.01 (Bonferroni), so a correct formula fails with probability ≤ 1 % per seed (the seeds here
-are fixed, so the outcome is deterministic)."""
+(``LYAPUNOV_AGREES.alpha`` = 0.01, Bonferroni), so a correct formula fails with probability ≤ 1 % per
+seed (the seeds here are fixed, so the outcome is deterministic)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from transformer_limits.verify.experiment import ExperimentConfig, experiment_spec, run_experiment
+from transformer_limits.verify.experiment import ExperimentConfig
+from transformer_limits.verify.registry import experiment_spec
+from transformer_limits.verify.running import run_experiment
 from transformer_limits.verify.experiments import lyapunov as ly
 
 SMALL = ly.Profile(settings=(("relu", 5, 0.1), ("relu", 3, 0.1), ("tanh", 3, 0.0)), chains=512, steps=150)

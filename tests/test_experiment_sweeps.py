@@ -8,6 +8,8 @@ import pytest
 
 from transformer_limits.verify.experiment import ExperimentConfig
 from transformer_limits.verify.experiments import attention_depth_width as adw
+from transformer_limits.verify.experiments import attention_models as models
+from transformer_limits.verify import input_search as search
 from transformer_limits.verify.experiments import propagation_of_chaos as chaos
 from transformer_limits.verify.experiments import token_independence as ti
 
@@ -21,7 +23,7 @@ TINY_CHAOS = {**chaos.SETTINGS["quick"], "N_levels": (8, 32), "N_ref": 128, "see
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_attention_families_sweep_equals_serial_loops(workers):
-    M, seed = adw.PaperAModels(TINY_ADW), 3
+    M, seed = models.PaperAModels(TINY_ADW), 3
     s = TINY_ADW
     expected = {
         "depth": adw.depth_errors(M, seed, trained=False),
@@ -110,7 +112,7 @@ GOLDEN = {
 
 
 def test_random_streams_are_those_of_the_original_serial_loops():
-    M = adw.PaperAModels(TINY_ADW)
+    M = models.PaperAModels(TINY_ADW)
     got = {"depth": adw.depth_errors(M, 3, trained=False), "grid": adw.total_errors(M, 3)[:, :, 0],
            "heads_trained": adw.fluctuation_errors(M, 14, (TINY_ADW["L_H"],), TINY_ADW["H_levels"], 2,
                                                    trained=True)[0],
@@ -128,11 +130,11 @@ def test_sup_error_reports_nan_as_the_worst_case():
         out[0, 0] = np.nan if k == 1 else 0.1 * k  # blows up at the second evaluation
         return out, lambda r: np.ones_like(X)
 
-    zero = adw.InputMap(lambda X: (np.zeros_like(X), lambda r: np.zeros_like(X)))
-    best, X = adw.sup_error(adw.InputMap(evaluate), zero, 3, 2, radius=1.0, rng=np.random.default_rng(0),
+    zero = search.InputMap(lambda X: (np.zeros_like(X), lambda r: np.zeros_like(X)))
+    best, X = search.sup_error(search.InputMap(evaluate), zero, 3, 2, radius=1.0, rng=np.random.default_rng(0),
                             restarts=1, iterations=4, lr=0.1)
     assert np.isnan(best) and X.shape == (3, 2)
-    worst = adw.WorstInputs(1.0)
+    worst = models.WorstInputs(1.0)
     for j, e in enumerate([0.2, np.nan, 0.5]):
         worst.add("depth", "L=4", j, e, np.zeros((3, 2)))
     assert worst.data()[0]["seed_index"] == 1

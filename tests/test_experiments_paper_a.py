@@ -12,8 +12,12 @@ import numpy as np
 import pytest
 
 from transformer_limits.numeric.attention.transformer import inverse_sqrt_heads
-from transformer_limits.verify.experiment import ExperimentConfig, experiment_spec, run_experiment
+from transformer_limits.verify.experiment import ExperimentConfig
+from transformer_limits.verify.registry import experiment_spec
+from transformer_limits.verify.running import run_experiment
 from transformer_limits.verify.experiments import adamw_box, attention_depth_width as adw, token_independence
+from transformer_limits.verify.experiments import attention_models as models
+from transformer_limits.verify import input_search as search
 
 REDUCED_ADW = dict(L_levels=(4, 8, 16, 32), seeds_L=4, H_levels=(1, 2, 4, 8, 16, 32, 64), seeds_H=6,
                    grid_L=(2, 8, 32), grid_H=(1, 8, 64), seeds_grid=4, restarts=1, iterations=6)
@@ -25,11 +29,11 @@ def _settings(**over):
 
 def test_sup_error_finds_larger_error_than_a_random_input():
     s = _settings()
-    M = adw.PaperAModels(s)
+    M = models.PaperAModels(s)
     law = M.law(3)
     A, B = M.exact_map(law, 4), M.limit(law)
     rng = np.random.default_rng(0)
-    best, X = adw.sup_error(A, B, s["N"], s["d"], radius=1.0, rng=rng, restarts=2, iterations=8, lr=0.15)
+    best, X = search.sup_error(A, B, s["N"], s["d"], radius=1.0, rng=rng, restarts=2, iterations=8, lr=0.15)
     assert np.all(np.linalg.norm(X, axis=1) <= 1.0 + 1e-12)
     a, _ = A.evaluate(X)
     b, _ = B.evaluate(X)
@@ -40,8 +44,8 @@ def test_sup_error_finds_larger_error_than_a_random_input():
 
 def test_flipped_lions_gradient_differs_from_true_gradient():
     s = _settings()
-    M = adw.PaperAModels(s)
-    wrong = adw.FlippedLionsTransformer(s["d"], s["d_k"], s["d_v"], backend="blas")
+    M = models.PaperAModels(s)
+    wrong = models.FlippedLionsTransformer(s["d"], s["d_k"], s["d_v"], backend="blas")
     params, w = M.law(0).discretise(4, mode="exact")
     X0 = np.random.default_rng(0).uniform(-1, 1, size=(5, s["d"]))
     p = np.ones((5, s["d"]))
@@ -52,7 +56,7 @@ def test_flipped_lions_gradient_differs_from_true_gradient():
 
 
 def test_depth_and_head_exponents_reduced_grid():
-    M = adw.PaperAModels(_settings())
+    M = models.PaperAModels(_settings())
     e_L = adw.depth_errors(M, 0, trained=False)
     check, fit = adw.exponent_check("exponent_L", "L", M.s["L_levels"], e_L, -1.0, 0)
     assert check.passed, check.note
@@ -62,7 +66,7 @@ def test_depth_and_head_exponents_reduced_grid():
 
 
 def test_inverse_sqrt_heads_fails_exponent_H_and_rate_bound():
-    M = adw.PaperAModels(_settings(), head_scale=inverse_sqrt_heads)
+    M = models.PaperAModels(_settings(), head_scale=inverse_sqrt_heads)
     e_H = adw.fluctuation_errors(M, 0, (M.s["L_H"],), M.s["H_levels"], M.s["seeds_H"], trained=False)[0]
     check, fit = adw.exponent_check("exponent_H", "H", M.s["H_levels"], e_H, -0.5, 0)
     assert not check.passed and fit.exponent.value > 0
@@ -72,15 +76,15 @@ def test_inverse_sqrt_heads_fails_exponent_H_and_rate_bound():
 
 
 def test_rate_bound_passes_for_the_correct_model_reduced_grid():
-    M = adw.PaperAModels(_settings())
+    M = models.PaperAModels(_settings())
     rate, info = adw.rate_bound_check(M.s["grid_L"], M.s["grid_H"], adw.total_errors(M, 0), 0)
     assert rate.passed, rate.note
 
 
 def test_wrong_lions_sign_fails_trained_exponent_L():
     s = dict(adw.SETTINGS["quick"])  # the quick profile's depth levels, seeds and ascent
-    good = adw.depth_errors(adw.PaperAModels(s), 11, trained=True)
-    bad = adw.depth_errors(adw.PaperAModels(s, lions_sign=-1), 11, trained=True)
+    good = adw.depth_errors(models.PaperAModels(s), 11, trained=True)
+    bad = adw.depth_errors(models.PaperAModels(s, lions_sign=-1), 11, trained=True)
     assert adw.exponent_check("trained_exponent_L", "L", s["L_levels"], good, -1.0, 0)[0].passed
     check = adw.exponent_check("trained_exponent_L", "L", s["L_levels"], bad, -1.0, 0)[0]
     assert not check.passed, check.measured

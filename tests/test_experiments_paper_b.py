@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from transformer_limits.verify.experiment import ExperimentConfig, experiment_spec
+from transformer_limits.verify.experiment import ExperimentConfig
+from transformer_limits.verify.registry import experiment_spec
 from transformer_limits.verify.experiments import sde_limit, synchronization
-from transformer_limits.verify.rate_fit import fit_power_law
+from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.verdicts import exponent_equals
 
 SMALL = dict(sde_limit.SETTINGS["quick"], seeds_L=8, L_levels=(8, 16, 32, 64), L_ref=256)
@@ -14,7 +15,7 @@ SMALL = dict(sde_limit.SETTINGS["quick"], seeds_L=8, L_levels=(8, 16, 32, 64), L
 def _exponent_L(**kw):
     grid, _ = sde_limit.depth_errors(SMALL, 0, **kw)
     fit = fit_power_law({"L": np.array(SMALL["L_levels"])}, grid, window="all")
-    return exponent_equals(fit, -1.0, sde_limit.ALPHA, tolerance=sde_limit.TOLERANCE)
+    return exponent_equals(fit, -1.0, sde_limit.EXPONENT_L.alpha, tolerance=sde_limit.EXPONENT_L.tolerance)
 
 
 def test_registered():

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from transformer_limits.cli import main
-from transformer_limits.verify import experiment as em
+from transformer_limits.verify import registry as em
+from transformer_limits.verify.running import jsonable_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "euler_maruyama"
@@ -27,7 +28,8 @@ GROUP = "transformer_limits.experiments"
 # a plugin or file experiment with one trivially passing check (no simulation: these tests are
 # about loading, not about a claim)
 _TRIVIAL = """
-from transformer_limits.verify.experiment import Experiment, ExperimentResult, register_experiment
+from transformer_limits.verify.experiment import Experiment, ExperimentResult
+from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.verdicts import Check
 
 def run(config):
@@ -35,7 +37,7 @@ def run(config):
     return ExperimentResult({name!r}, config.profile, checks=[check])
 
 EXPERIMENT = Experiment(name={name!r}, title="trivial", paper="X", claim="1 = 1", derivations=(),
-                        check_names=("trivial",), run=run)
+                        checks=("trivial",), run=run)
 """
 
 
@@ -129,8 +131,8 @@ def test_file_functions_unpickle_in_a_fresh_interpreter(registry):
     there; run_points ships the file's source instead."""
     mod = _em_module()
     s = dict(mod.SETTINGS["quick"], paths=4)
-    point = {"settings": em.jsonable_settings(s), "seed": 3, "scheme": "euler-maruyama"}
-    portable = em._worker_safe(mod.evaluate_point)
+    point = {"settings": jsonable_settings(s), "seed": 3, "scheme": "euler-maruyama"}
+    portable = em.worker_safe(mod.evaluate_point)
     assert portable is not mod.evaluate_point and portable(point) == mod.evaluate_point(point)
     code = ("import json, pickle, sys; fn, point = pickle.loads(sys.stdin.buffer.read()); "
             "print(json.dumps(fn(point)))")
@@ -149,10 +151,10 @@ def test_a_file_function_survives_a_second_pickle_hop(registry):
     out of the first hop must still carry the file's source into a third interpreter."""
     mod = _em_module()
     s = dict(mod.SETTINGS["quick"], paths=4)
-    point = {"settings": em.jsonable_settings(s), "seed": 2, "scheme": "euler-maruyama"}
+    point = {"settings": jsonable_settings(s), "seed": 2, "scheme": "euler-maruyama"}
     hop = ("import pickle, sys; fn = pickle.loads(sys.stdin.buffer.read()); "
            "sys.stdout.buffer.write(pickle.dumps(fn))")
-    first = subprocess.run([sys.executable, "-c", hop], input=pickle.dumps(em._worker_safe(mod.evaluate_point)),
+    first = subprocess.run([sys.executable, "-c", hop], input=pickle.dumps(em.worker_safe(mod.evaluate_point)),
                            capture_output=True, timeout=120, cwd=ROOT)
     assert first.returncode == 0, first.stderr.decode()[-2000:]
     # the bytes of the first hop go on unopened (this process has the module: it must not re-pickle)

@@ -26,10 +26,11 @@ import pytest
 
 from transformer_limits.cli import main
 from transformer_limits.errors import EnvironmentFailure, InputError, SchedulerError, StoreError
-from transformer_limits.verify import experiment as experiment_mod
-from transformer_limits.verify import sweep as sweep_mod
-from transformer_limits.verify.experiment import Experiment, ExperimentResult, run_points
-from transformer_limits.verify.sweep import SweepStore, check_scheduler_address, load_grid, run_sweep
+from transformer_limits.verify import registry as experiment_mod
+from transformer_limits.verify.sweeps import driver as sweep_driver, executors as sweep_executors, store as sweep_store
+from transformer_limits.verify.experiment import Experiment, ExperimentResult
+from transformer_limits.verify.running import run_points
+from transformer_limits.verify.sweeps import SweepStore, check_scheduler_address, load_grid, run_sweep
 from transformer_limits.verify.verdicts import Check
 
 CALLS: list[str] = []
@@ -58,28 +59,28 @@ def _plain(name, *, figure_bytes=0, derivations=()):
         return ExperimentResult(name, config.profile, figures=figs, checks=[
             Check("ok", "1 = 1", 1.0, 1.0, (1.0, 1.0), True, {"alpha": 0.0, "sides": "none", "method": "exact"}, "")])
     return Experiment(name=name, title=name, paper="A", claim="1 = 1", derivations=tuple(derivations),
-                      check_names=("ok",), run=run, profiles=("full",))
+                      checks=("ok",), run=run, profiles=("full",))
 
 
 @pytest.fixture
 def fakes(monkeypatch):
     experiment_mod.list_experiments()
     exps = [Experiment(name="fault-sweep", title="sweep", paper="A", claim="i^2", derivations=(),
-                       check_names=("squares",), run=_sweep_experiment, profiles=("full",)),
+                       checks=("squares",), run=_sweep_experiment, profiles=("full",)),
             _plain("fault-a"), _plain("fault-b", derivations=("lyapunov",)), _plain("fault-big", figure_bytes=3 << 20)]
 
     def oom(config):
         CALLS.append("fault-oom")
         raise MemoryError("Unable to allocate 8.00 TiB for an array")
     exps.append(Experiment(name="fault-oom", title="oom", paper="A", claim="x", derivations=(),
-                           check_names=("ok",), run=oom, profiles=("full",)))
+                           checks=("ok",), run=oom, profiles=("full",)))
 
     def huge(config):
         CALLS.append("fault-huge")
         run_points(config, square_point, {"grid": {"i": list(range(2000)), "j": list(range(2000))}},
                    experiment="fault-huge")
     exps.append(Experiment(name="fault-huge", title="huge", paper="A", claim="x", derivations=(),
-                           check_names=("ok",), run=huge, profiles=("full",)))
+                           checks=("ok",), run=huge, profiles=("full",)))
     for exp in exps:
         monkeypatch.setitem(experiment_mod._REGISTRY, exp.name, exp)
     CALLS.clear()
@@ -163,7 +164,7 @@ def test_store_on_dev_full_or_a_directory(fakes, tmp_path, capsys):
 
 def test_store_locked_by_another_process_waits_the_stated_timeout(fakes, tmp_path, capsys, monkeypatch):
     store = _good_store(tmp_path)
-    monkeypatch.setattr(sweep_mod, "STORE_LOCK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(sweep_store, "STORE_LOCK_TIMEOUT_S", 0.5)
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sqlite3, sys, time
         conn = sqlite3.connect({str(store)!r}, isolation_level=None)
@@ -205,7 +206,7 @@ def test_stored_row_missing_a_result_key_names_the_store(tmp_path):
     run_sweep(square_point, spec, store, workers=1, progress=False, experiment="sq")
     with contextlib.closing(sqlite3.connect(store)) as conn, conn:
         conn.execute("""UPDATE sweep_points SET result = '{"z": 1}' WHERE point_key = '{"i":1}'""")
-    res = sweep_mod.load_sweep(store, spec, experiment="sq")
+    res = sweep_driver.load_sweep(store, spec, experiment="sq")
     with pytest.raises(StoreError, match=r"column 'y' is missing from 1 of 3 rows .*/s\.sqlite"):
         res.column("y")
     with pytest.raises(ValueError, match="missing from 3 of 3"):  # a column no row has is a code bug
@@ -301,7 +302,7 @@ def test_scheduler_port_closed_fails_fast(fakes, capsys):
 ], ids=["http-server", "garbage-peer", "zero-length"])
 def test_scheduler_that_is_not_dask_fails_fast(fakes, capsys, monkeypatch, reply, needle):
     pytest.importorskip("distributed")
-    monkeypatch.setattr(sweep_mod, "SCHEDULER_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(sweep_executors, "SCHEDULER_TIMEOUT_S", 1.0)
     with fake_server(reply) as address:
         start = time.monotonic()
         assert main(["verify", "fault-a", "--scheduler", address]) == 2
@@ -353,7 +354,7 @@ def test_killed_worker_is_retried_not_reported_as_a_failure(tmp_path):
 
 
 def test_worker_pool_broken_beyond_retries_is_an_environment_failure(tmp_path):
-    with pytest.raises(EnvironmentFailure, match=f"broke {sweep_mod.POOL_RESTARTS + 1} times"):
+    with pytest.raises(EnvironmentFailure, match=f"broke {sweep_driver.POOL_RESTARTS + 1} times"):
         run_sweep(always_kill_point, {"grid": {"i": [0, 1]}}, tmp_path / "k.sqlite", workers=2, progress=False)
     with SweepStore(tmp_path / "k.sqlite") as store:  # nothing recorded as a point error
         assert store._conn.execute("SELECT COUNT(*) FROM sweep_points").fetchone()[0] == 0
@@ -432,7 +433,7 @@ def test_interrupted_second_report_leaves_the_first_untouched(fakes, tmp_path, c
         raise KeyboardInterrupt
     monkeypatch.setitem(experiment_mod._REGISTRY, "fault-b",
                         Experiment(name="fault-b", title="b", paper="A", claim="x", derivations=(),
-                                   check_names=("ok",), run=interrupted, profiles=("full",)))
+                                   checks=("ok",), run=interrupted, profiles=("full",)))
     assert main(["report", "--out", str(out), "--only", "fault-a", "fault-b", "--no-progress"]) == 130
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before  # the old index is never beside new results
@@ -506,12 +507,13 @@ DRIVER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
     from transformer_limits.cli import main
-    from transformer_limits.verify import experiment as em
+    from transformer_limits.verify import registry as em, running
+    from transformer_limits.verify.experiment import Experiment
 
     MARK = Path(sys.argv[1])
     if os.environ.get("TL_TEST_NO_PRCTL"):
-        from transformer_limits.verify import sweep
-        sweep._USE_PRCTL = False  # exercise the watchdog thread instead
+        from transformer_limits.verify.sweeps import executors
+        executors._USE_PRCTL = False  # exercise the watchdog thread instead
 
     def slow_point(params):
         (MARK / f"worker-{os.getpid()}").write_text("")
@@ -519,11 +521,11 @@ DRIVER = textwrap.dedent("""
         return {"y": 1}
 
     def run(config):
-        em.run_points(config, slow_point, {"grid": {"i": [0, 1, 2, 3]}}, experiment="fault-slow")
+        running.run_points(config, slow_point, {"grid": {"i": [0, 1, 2, 3]}}, experiment="fault-slow")
 
     em.list_experiments()
-    em._REGISTRY["fault-slow"] = em.Experiment(name="fault-slow", title="slow", paper="A", claim="x",
-                                               derivations=(), check_names=("ok",), run=run)
+    em._REGISTRY["fault-slow"] = Experiment(name="fault-slow", title="slow", paper="A", claim="x",
+                                               derivations=(), checks=("ok",), run=run)
     sys.exit(main(["verify", "fault-slow", "--workers", "2", "--no-progress"]))
     """)
 

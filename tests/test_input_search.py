@@ -9,7 +9,7 @@ import pytest
 from transformer_limits.numeric.attention.losses import sample_tokens
 from transformer_limits.verify import input_search as search
 from transformer_limits.verify.experiments import token_independence as ti
-from transformer_limits.verify.experiments.attention_depth_width import models_for
+from transformer_limits.verify.experiments.attention_models import models_for
 from transformer_limits.verify.wrong_models import cluster_counts, counting_head_map
 
 S = {**ti.SETTINGS["quick"], "seeds": 3}

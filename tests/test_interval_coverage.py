@@ -1,4 +1,4 @@
-"""Coverage of every confidence interval and bound in verify/rate_fit.py, verify/scaling_fit.py, the
+"""Coverage of every confidence interval and bound in verify/stats/ (power_law.py, width_scaling.py, ratio_trend.py), the
 interval verdicts and the experiments' own tests (ratio trend, Lyapunov z-family, synchronization
 rate difference, spectral Δβ), by simulation from models whose truth is known — with enough replicates that a
 2-point coverage error (93 % or 97 % at nominal 95 %) fails the test.
@@ -26,8 +26,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from transformer_limits.verify import rate_fit, scaling_fit
-from transformer_limits.verify.rate_fit import fit_power_law, fit_rate_claim, lognormal_seed_noise
+from transformer_limits.verify.stats import power_law, width_scaling
+from transformer_limits.verify.stats.multi_term import fit_rate_claim
+from transformer_limits.verify.stats.power_law import fit_power_law
+from transformer_limits.verify.stats.seed_bootstrap import lognormal_seed_noise
 from transformer_limits.verify.verdicts import exponent_equals, fit_adequate, rate_at_least
 
 FALSE_FAILURE = 1e-4
@@ -67,7 +69,7 @@ def test_band_excludes_two_point_errors():
 
 
 # ------------------------------------------------------------------------------------------------
-# rate_fit: analytic OLS t-intervals (one seed per level: log ē_i is exactly Gaussian)
+# stats.power_law: analytic OLS t-intervals (one seed per level: log ē_i is exactly Gaussian)
 # ------------------------------------------------------------------------------------------------
 
 
@@ -152,7 +154,7 @@ def test_verdict_p_value_agrees_with_the_bound(t_fits):
 
 
 # ------------------------------------------------------------------------------------------------
-# rate_fit: seed-bootstrap intervals (percentile, BCa, conservative), local orders, F test
+# stats.power_law: seed-bootstrap intervals (percentile, BCa, conservative), local orders, F test
 # ------------------------------------------------------------------------------------------------
 
 
@@ -222,8 +224,8 @@ def test_fit_adequate_size_full_power_and_wrong_dof(monkeypatch):
     """5 000 replicates; the mutant that counts one fitted parameter instead of two (residual dof
     n − 1) accepts ≈ 96.8 % and fails the same assertion."""
     assert_coverage(_f_test_acceptance(N_BOOT_SLOW, seed=4))
-    original = rate_fit.fit_quality
-    monkeypatch.setattr(rate_fit, "fit_quality", lambda lo, pr, lb, n_fitted, n_seeds: original(
+    original = power_law.fit_quality
+    monkeypatch.setattr(power_law, "fit_quality", lambda lo, pr, lb, n_fitted, n_seeds: original(
         lo, pr, lb, n_fitted - 1, n_seeds))
     with pytest.raises(AssertionError, match="coverage"):
         assert_coverage(_f_test_acceptance(N_BOOT_SLOW, seed=4))
@@ -258,7 +260,7 @@ BETA = 0.7
 def scaling_fits():
     rng = np.random.default_rng(20260102)
     ly = 1.0 + BETA * np.log(W5) + 0.2 * rng.standard_normal((5000, W5.size))
-    return [scaling_fit.fit_power_law(W5, np.exp(row)) for row in ly]
+    return [width_scaling.fit_width_scaling(W5, np.exp(row)) for row in ly]
 
 
 def test_scaling_fit_t_interval_coverage(scaling_fits):
@@ -279,7 +281,7 @@ def test_scaling_fit_t_interval_coverage(scaling_fits):
 def test_scaling_fit_confidence_argument_is_honoured():
     """Any confidence maps to the quantile t_{(1+c)/2, n−2} (so the coverage above carries over)."""
     for confidence in (0.5, 0.9, 0.99):
-        g = scaling_fit.fit_power_law(W5, np.exp(1.0 + BETA * np.log(W5) + [0.1, -0.2, 0.05, 0.3, -0.1]),
+        g = width_scaling.fit_width_scaling(W5, np.exp(1.0 + BETA * np.log(W5) + [0.1, -0.2, 0.05, 0.3, -0.1]),
                                       confidence=confidence)
         half = _T.ppf(0.5 + confidence / 2, W5.size - 2) * g.stderr
         assert (g.ci_low, g.ci_high) == pytest.approx((g.beta - half, g.beta + half), rel=1e-12)
@@ -295,7 +297,7 @@ def test_scaling_fit_bootstraps_under_cover_as_documented():
     hits = {"residual": [], "pairs": []}
     for i, row in enumerate(y):
         for method in hits:
-            slopes = scaling_fit.bootstrap_slopes(np.log(widths), row, n_bootstrap=300, seed=i, method=method)
+            slopes = width_scaling.bootstrap_slopes(np.log(widths), row, n_bootstrap=300, seed=i, method=method)
             lo, hi = np.percentile(slopes, [2.5, 97.5])
             hits[method].append(lo <= BETA <= hi)
     for method, h in hits.items():
@@ -309,7 +311,7 @@ def test_scaling_fit_bootstraps_under_cover_as_documented():
 
 
 def _ratio_trends(n_rep: int, grid_L, grid_H, alpha: float, slopes=(-0.2, 0.1)):
-    from transformer_limits.verify.experiments.attention_depth_width import ratio_trend
+    from transformer_limits.verify.stats.ratio_trend import ratio_trend
 
     rng = np.random.default_rng(21)
     LL, HH = np.meshgrid(np.log(grid_L), np.log(grid_H), indexing="ij")
@@ -377,7 +379,8 @@ def test_spectral_beta_difference_size_and_side():
     of H0 Δβ ≥ 0), Bonferroni α/2 per pair, conservative union of the seed-bootstrap and Welch t upper
     bounds: a true claim passes with probability ≥ 1 − α (1 000 replicates, 200 resamples: asserted
     against the lower end of the band), and every pair's interval holds Δ̂."""
-    from transformer_limits.verify.experiments.spectral_scaling import beta_difference_check, fit_betas
+    from transformer_limits.verify.experiments.spectral_scaling import fit_betas
+    from transformer_limits.verify.stats.beta_difference import beta_difference_check
 
     rng = np.random.default_rng(41)
     widths = 128.0 * np.arange(1, 6)

@@ -10,8 +10,8 @@ import sympy as sp
 
 import transformer_limits as tl
 from transformer_limits.cli import main
+from transformer_limits.symbolic.gegenbauer import gegenbauer_coefficients
 from transformer_limits.symbolic.lyapunov import (
-    gegenbauer_coefficients,
     gegenbauer_identity,
     lambda_bar_prime,
     lemma_function,

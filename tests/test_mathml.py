@@ -1,7 +1,7 @@
-"""MathML for the HTML pages (transformer_limits.mathml): well-formed XML, entities, the LaTeX subset
-on every formula the package ships, rate claims in free text, the size fallback, and the pages that
-use them (report.html, derivation pages).  A rendering check in a real browser is in
-tests/test_mathml_browser.py."""
+"""MathML for the HTML pages (transformer_limits.mathml; the LaTeX reader: .latex_mathml): well-formed
+XML, entities, the LaTeX subset on every formula the package ships, rate claims in free text, the size
+fallback, and the pages that use them (report.html, derivation pages).  A rendering check in a real
+browser is in tests/test_mathml_browser.py."""
 
 from __future__ import annotations
 
@@ -282,7 +282,7 @@ def test_claim_html_wrong_rate_differs():
 
 
 def test_every_experiment_claim_is_well_formed_html():
-    from transformer_limits.verify.experiment import list_experiments
+    from transformer_limits.verify.registry import list_experiments
 
     typeset = 0
     for exp in list_experiments():
@@ -310,7 +310,7 @@ def test_report_html_typesets_the_claims_and_links_html_derivations(tmp_path):
     check = Check("exponent_L", "C1 L^-1 + C2 L^-1/3 H^-1/2 (slowest term in L: L^-1/3)", -1 / 3, -0.35,
                   (-0.4, -0.3), True)
     exp = Experiment(name="demo", title="Demo", paper="A", claim="err = O(L^-1 + L^-1/3 H^-1/2)",
-                     derivations=("attention-bounds",), check_names=("exponent_L",),
+                     derivations=("attention-bounds",), checks=("exponent_L",),
                      run=lambda config: ExperimentResult("demo", "quick", checks=[check]))
     write_experiment_report(ExperimentResult("demo", "quick", checks=[check]), tmp_path, exp, ExperimentConfig())
     page = (tmp_path / "report.html").read_text(encoding="utf-8")

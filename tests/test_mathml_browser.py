@@ -95,7 +95,7 @@ def report_dir(tmp_path_factory):
     check = Check("exponent_L", "C1 L^-1 + C2 L^-1/3 H^-1/2 (slowest term in L: L^-1/3)", -1 / 3, -0.35,
                   (-0.4, -0.3), True)
     exp = Experiment(name="demo", title="Demo", paper="A", claim="err = O(L^-1 + L^-1/3 H^-1/2) and 1/L + 1/m",
-                     derivations=("attention-bounds",), check_names=("exponent_L",),
+                     derivations=("attention-bounds",), checks=("exponent_L",),
                      run=lambda config: ExperimentResult("demo", "quick", checks=[check]))
     write_experiment_report(ExperimentResult("demo", "quick", checks=[check]), out, exp, ExperimentConfig())
     return out

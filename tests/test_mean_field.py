@@ -11,7 +11,7 @@ from transformer_limits.numeric.attention.mean_field import (AffineHeadLaw, Head
                                                    train_adamw)
 from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
 from transformer_limits.numeric.attention.transformer import AttentionTransformer, inverse_sqrt_heads
-from transformer_limits.verify.rate_fit import fit_power_law
+from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.verdicts import exponent_equals
 
 D, DK, DV, N = 3, 2, 4, 6  # the numba kernels for these shapes are shared with test_transformer_model

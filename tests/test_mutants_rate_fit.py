@@ -1,4 +1,4 @@
-"""Properties of ``verify/rate_fit.py`` that the mutation baseline showed were not pinned down.
+"""Properties of the rate fits (``verify/stats/``: power_law, asymptotic_window, seed_bootstrap, estimate, multi_term) that the mutation baseline showed were not pinned down.
 
 Each test is written from the statistics (OLS formulas, Efron's BCa, the lack-of-fit F test, the
 documented window rules and option meanings), never from a snapshot of the module's output.  All
@@ -11,15 +11,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from transformer_limits.verify.rate_fit import (
-    Estimate,
-    choose_asymptotic_window,
-    fit_power_law,
-    fit_quality,
-    fit_rate_claim,
-    local_orders,
-    lognormal_seed_noise,
-)
+from transformer_limits.verify.stats.asymptotic_window import choose_asymptotic_window, local_orders
+from transformer_limits.verify.stats.estimate import Estimate
+from transformer_limits.verify.stats.fit_quality import fit_quality
+from transformer_limits.verify.stats.multi_term import fit_rate_claim
+from transformer_limits.verify.stats.power_law import fit_power_law
+from transformer_limits.verify.stats.seed_bootstrap import lognormal_seed_noise
 
 L7 = 2.0 ** np.arange(2, 9)  # 7 levels
 

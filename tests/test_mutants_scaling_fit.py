@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from transformer_limits.verify.scaling_fit import bootstrap_slopes, fit_power_law, read_points_csv
+from transformer_limits.verify.scaling_fit import read_points_csv
+from transformer_limits.verify.stats.width_scaling import bootstrap_slopes
+from transformer_limits.verify.stats.width_scaling import fit_width_scaling
 
 WIDTHS = np.array([96.0, 104.0, 112.0, 128.0, 136.0, 150.0])  # close widths: log-range 0.45 < 1
 
@@ -78,7 +80,7 @@ def test_pairs_bootstrap_resamples_points_and_drops_degenerate_resamples():
 @pytest.mark.parametrize("confidence", [0.95, 0.8])
 def test_bootstrap_interval_is_the_equal_tailed_percentile_interval(bootstrap, confidence):
     w, r = _data()
-    fit = fit_power_law(w, r, confidence=confidence, n_bootstrap=500, seed=2, bootstrap=bootstrap)
+    fit = fit_width_scaling(w, r, confidence=confidence, n_bootstrap=500, seed=2, bootstrap=bootstrap)
     slopes = np.sort(bootstrap_slopes(np.log(w), np.log(r), n_bootstrap=500, seed=2, method=bootstrap))
     tail = (1 - confidence) / 2
     # linear-interpolation quantile at level u: position u (B − 1) in the sorted slopes
@@ -93,13 +95,13 @@ def test_bootstrap_interval_is_the_equal_tailed_percentile_interval(bootstrap, c
 
 def test_t_interval_is_closed_and_exact_fit_has_zero_standard_error():
     w, r = _data()
-    fit = fit_power_law(w, r)
+    fit = fit_width_scaling(w, r)
     t = stats.t.ppf(0.975, w.size - 2)
     assert fit.ci_low == pytest.approx(fit.beta - t * fit.stderr, rel=1e-12)
     assert fit.covers(fit.ci_low) and fit.covers(fit.ci_high)  # a confidence interval is closed
-    boot = fit_power_law(w, r, n_bootstrap=100)
+    boot = fit_width_scaling(w, r, n_bootstrap=100)
     assert boot.covers(boot.boot_ci_low, bootstrap=True) and boot.covers(boot.boot_ci_high, bootstrap=True)
-    flat = fit_power_law(w, np.full(w.size, 7.0))  # constant R: slope 0 exactly, no uncertainty
+    flat = fit_width_scaling(w, np.full(w.size, 7.0))  # constant R: slope 0 exactly, no uncertainty
     assert (flat.beta, flat.stderr, flat.ci_low, flat.ci_high) == (0.0, 0.0, 0.0, 0.0)
 
 
@@ -107,22 +109,22 @@ def test_two_distinct_widths_with_repeats_determine_a_slope():
     # 4 points at 2 widths: the slope is that through the two group means of log R, with 2 dof
     w = np.array([64.0, 64.0, 256.0, 256.0])
     r = np.array([10.0, 12.0, 30.0, 33.0])
-    fit = fit_power_law(w, r)
+    fit = fit_width_scaling(w, r)
     expected = (math.log(30 * 33) / 2 - math.log(10 * 12) / 2) / math.log(4.0)
     assert fit.beta == pytest.approx(expected, rel=1e-12) and fit.n == 4
     with pytest.raises(ValueError, match="two distinct widths"):
-        fit_power_law([64.0, 64.0, 64.0], [1.0, 2.0, 3.0])
+        fit_width_scaling([64.0, 64.0, 64.0], [1.0, 2.0, 3.0])
 
 
 @pytest.mark.parametrize("confidence", [1.0, 0.0, 1.5])
 def test_confidence_outside_open_unit_interval_is_rejected(confidence):
     w, r = _data()
     with pytest.raises(ValueError, match="confidence"):
-        fit_power_law(w, r, confidence=confidence)
+        fit_width_scaling(w, r, confidence=confidence)
 
 
 def test_fit_record_is_immutable():
-    fit = fit_power_law(*_data())
+    fit = fit_width_scaling(*_data())
     with pytest.raises(dataclasses.FrozenInstanceError):
         fit.beta = 1.0
 

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from transformer_limits.verify.rate_fit import Estimate, fit_power_law, lognormal_seed_noise
+from transformer_limits.verify.stats.estimate import Estimate
+from transformer_limits.verify.stats.power_law import fit_power_law
+from transformer_limits.verify.stats.seed_bootstrap import lognormal_seed_noise
 from transformer_limits.verify.verdicts import (
     constant_below,
     exponent_equals,
@@ -115,8 +117,8 @@ def test_percentile_p_value_counts_bootstrap_ties_at_the_null():
     """F*(null) = P*(θ* ≤ null), the bootstrap distribution function at the null, ties included
     (a replicate equal to the null is not evidence against H0: θ ≤ null): replicates (1, 2, 2, 3)
     and null 2 give 3/4, not the 1/4 of a strict inequality."""
-    from transformer_limits.verify.verdicts import _one_sided_p_value
+    from transformer_limits.verify.stats.estimate import one_sided_p_value
 
     est = Estimate("q", 2.0, bootstrap=np.array([1.0, 2.0, 2.0, 3.0]))
-    assert _one_sided_p_value(est, 2.0, "percentile") == 0.75
-    assert _one_sided_p_value(est, 1.5, "percentile") == 0.25
+    assert one_sided_p_value(est, 2.0, "percentile") == 0.75
+    assert one_sided_p_value(est, 1.5, "percentile") == 0.25

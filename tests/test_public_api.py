@@ -137,7 +137,7 @@ def test_a_wrong_export_table_is_rejected(monkeypatch):
     """A name mapped to a module that does not define it fails loudly instead of resolving."""
     import transformer_limits.verify as verify
 
-    monkeypatch.setitem(verify._EXPORTS, "bogus_rate", "rate_fit")
+    monkeypatch.setitem(verify._EXPORTS, "bogus_rate", "stats.power_law")
     with pytest.raises(AttributeError, match="bogus_rate"):
         verify.bogus_rate  # noqa: B018
     assert "bogus_rate" not in vars(verify)
@@ -226,13 +226,13 @@ def test_api_reference_build_fails_on_a_broken_reference(sphinx_available, tmp_p
 
            Documented under its public name, as the reference does.
 
-        See :func:`transformer_limits.verify.rate_fit.fit_power_law`.
+        See :func:`transformer_limits.verify.stats.power_law.fit_power_law`.
     """))
     res = _sphinx(good, tmp_path / "good-out", "-c", str(ROOT / "docs" / "api"))
     assert res.returncode == 0, res.stderr[-3000:]
 
     for target in ("transformer_limits.verify.no_such_function",
-                   "transformer_limits.verify.rate_fit.bootstrap_memory_bytes"):  # internal
+                   "transformer_limits.verify.stats.seed_bootstrap.bootstrap_memory_bytes"):  # internal
         bad = tmp_path / f"bad-{target.rsplit('.', 1)[1]}"
         shutil.copytree(good, bad)
         with open(bad / "index.rst", "a") as f:

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from transformer_limits.cli import main
-from transformer_limits.verify.rate_check import RateCheckResult, rate_check, read_rate_data
+from transformer_limits.verify.rate_check import RateCheckResult, rate_check
+from transformer_limits.verify.rate_data import read_rate_data
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIM = "L^-1 + L^-1/3 H^-1/2"

@@ -166,14 +166,14 @@ def test_design_matrix_matches_terms_and_leading_exponent(claim, seed):
     ("L^-1 + " * 400 + "m^-1", "over the stated limit"),
 ], ids=lambda v: v[:20] if isinstance(v, str) else None)
 def test_claim_input_limits(text, match):
-    from transformer_limits.verify import rate_claims
+    from transformer_limits.verify import rate_claim_grammar as grammar
 
     with pytest.raises(ValueError, match=match) as info:
         parse_rate_claim(text)
     assert "\n" not in str(info.value) and len(str(info.value)) < 400
     # the limits are stated in the module and sit above every realistic claim
-    assert rate_claims.MAX_NESTING >= 8 and rate_claims.MAX_ABS_EXPONENT >= 10
-    assert str(parse_rate_claim("(" * rate_claims.MAX_NESTING + "L" + ")" * rate_claims.MAX_NESTING)) == "C1 L"
+    assert grammar.MAX_NESTING >= 8 and grammar.MAX_ABS_EXPONENT >= 10
+    assert str(parse_rate_claim("(" * grammar.MAX_NESTING + "L" + ")" * grammar.MAX_NESTING)) == "C1 L"
     assert parse_rate_claim("L^-100 + L^(1/10000)").leading_exponent("L") == Fraction(1, 10000)
 
 

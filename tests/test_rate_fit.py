@@ -10,13 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from transformer_limits.verify.rate_fit import (
-    choose_asymptotic_window,
-    fit_power_law,
-    fit_rate_claim,
-    local_orders,
-    lognormal_seed_noise,
-)
+from transformer_limits.verify.stats.asymptotic_window import choose_asymptotic_window, local_orders
+from transformer_limits.verify.stats.multi_term import fit_rate_claim
+from transformer_limits.verify.stats.power_law import fit_power_law
+from transformer_limits.verify.stats.seed_bootstrap import lognormal_seed_noise
 
 L = 2.0 ** np.arange(2, 9)  # 7 levels
 SIGMA, N_SEEDS = 0.5, 20
@@ -218,7 +215,7 @@ def test_bootstrap_size_is_limited_up_front():
     any allocation, against the stated limit (resource_limits.MAX_BOOTSTRAP_REPLICATES) and the memory
     estimate n_boot · n_levels · n_seeds · 32 bytes against MEMORY_BUDGET_BYTES."""
     from transformer_limits.resource_limits import MAX_BOOTSTRAP_REPLICATES, MEMORY_BUDGET_BYTES
-    from transformer_limits.verify.rate_fit import bootstrap_memory_bytes
+    from transformer_limits.verify.stats.seed_bootstrap import bootstrap_memory_bytes
 
     errors = _data(seed=12)
     for call in (lambda n: fit_power_law(L, errors, n_boot=n), lambda n: local_orders(L, errors, n_boot=n),
@@ -245,12 +242,12 @@ def test_bootstrap_memory_estimate_bounds_the_measured_peak(resample, aggregate)
     buffers) and not wildly loose (within a factor 4)."""
     import tracemalloc
 
-    from transformer_limits.verify.rate_fit import _replicates, bootstrap_memory_bytes
+    from transformer_limits.verify.stats.seed_bootstrap import bootstrap_memory_bytes, seed_replicates
 
     errors = _data(seed=13, n_seeds=50)
     tracemalloc.start()
     try:
-        _replicates(errors, 2000, 0, resample, aggregate)
+        seed_replicates(errors, 2000, 0, resample, aggregate)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

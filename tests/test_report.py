@@ -10,14 +10,9 @@ import numpy as np
 import pytest
 
 from transformer_limits.verify import report as report_mod
-from transformer_limits.verify.experiment import (
-    Experiment,
-    ExperimentConfig,
-    ExperimentResult,
-    Figure,
-    run_experiment,
-)
-from transformer_limits.verify.rate_fit import fit_power_law
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, Figure
+from transformer_limits.verify.running import run_experiment
+from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
 from transformer_limits.verify.report import config_hash, write_experiment_report, write_index
 from transformer_limits.verify.verdicts import Check, rate_at_least
@@ -47,9 +42,9 @@ def _result(name="demo", passed=True, figures=("rates",)) -> ExperimentResult:
         provenance={"seeds": {"base": 0}, "timings": {"run_s": 1.5}})
 
 
-def _experiment(name="demo", run=None, check_names=("rate_at_least",), profiles=("quick", "full")) -> Experiment:
+def _experiment(name="demo", run=None, checks=("rate_at_least",), profiles=("quick", "full")) -> Experiment:
     return Experiment(name=name, title=f"Title of {name}", paper="A", claim="err ~ L^-1",
-                      derivations=("attention-jacobian",), check_names=check_names,
+                      derivations=("attention-jacobian",), checks=checks,
                       run=run or (lambda config: _result(name)), profiles=profiles)
 
 
@@ -202,7 +197,7 @@ def test_run_experiment_records_an_exception_as_a_crash_not_a_failed_check():
 
 
 def test_run_experiment_flags_missing_declared_checks():
-    exp = _experiment(check_names=("rate_at_least", "exponent_L"))
+    exp = _experiment(checks=("rate_at_least", "exponent_L"))
     result = run_experiment(exp, ExperimentConfig())
     assert [c.name for c in result.checks] == ["rate_at_least"]
     assert result.status == "error" and "exponent_L" in result.error and not result.passed

@@ -1,6 +1,6 @@
 """Experiments that do not run: missing requirements (``Experiment.requires``) and the index's ``not_run`` list.
 
-PyTorch is installed here, so the requirement check (``experiment._module_available``) is patched to
+PyTorch is installed here, so the requirement check (``running._module_available``) is patched to
 pretend it is missing.  The report runs are kept fast by running only ``spectral-released`` (well
 under a second): ``--only``, or a registry reduced to the paper C experiments.
 """
@@ -14,9 +14,10 @@ import pytest
 
 from transformer_limits.cli import main
 from transformer_limits.errors import InputError
-from transformer_limits.verify import experiment as experiment_mod
-from transformer_limits.verify.experiment import (Experiment, ExperimentConfig, experiment_spec,
-                                                  list_experiments, missing_requirement, run_experiment)
+from transformer_limits.verify import registry as registry_mod, running as running_mod
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig
+from transformer_limits.verify.registry import experiment_spec, list_experiments
+from transformer_limits.verify.running import missing_requirement, run_experiment
 
 NEEDS_TORCH = "missing requirement: needs PyTorch (pip install torch)"
 WRONG = "deliberately wrong variant, run by name"
@@ -25,8 +26,8 @@ WRONG = "deliberately wrong variant, run by name"
 @pytest.fixture
 def no_torch(monkeypatch):
     """Pretend PyTorch is not installed (every other module is found as usual)."""
-    real = experiment_mod._module_available
-    monkeypatch.setattr(experiment_mod, "_module_available", lambda m: m != "torch" and real(m))
+    real = running_mod._module_available
+    monkeypatch.setattr(running_mod, "_module_available", lambda m: m != "torch" and real(m))
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def paper_c_only(monkeypatch):
     keep = {"spectral-scaling", "spectral-released", "spectral-released-wrong-dion"}
     for exp in list_experiments():
         if exp.name not in keep:
-            monkeypatch.delitem(experiment_mod._REGISTRY, exp.name)
+            monkeypatch.delitem(registry_mod._REGISTRY, exp.name)
     assert {e.name for e in list_experiments()} == keep
 
 
@@ -107,7 +108,7 @@ def test_full_report_skips_what_cannot_run_instead_of_crashing(no_torch, paper_c
                                                                monkeypatch):
     calls = []
     spec = dataclasses.replace(experiment_spec("spectral-scaling"), run=lambda config: calls.append(config))
-    monkeypatch.setitem(experiment_mod._REGISTRY, "spectral-scaling", spec)
+    monkeypatch.setitem(registry_mod._REGISTRY, "spectral-scaling", spec)
     out = tmp_path / "r"
     assert main(["report", "--profile", "full", "--out", str(out), "--no-progress"]) == 0
     summary, md, _ = _index(out)

@@ -11,7 +11,7 @@ import pytest
 
 from transformer_limits import resource_limits as rl
 from transformer_limits.cli import main
-from transformer_limits.verify.scaling_fit import bootstrap_slopes
+from transformer_limits.verify.stats.width_scaling import bootstrap_slopes
 
 
 def _one_line_exit_2(capsys, argv, pattern):
@@ -106,9 +106,7 @@ def _no_codegen(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("code generation started for a dimension over the cap")
 
-    monkeypatch.setattr("transformer_limits.symbolic.attention_kernels.write_attention_kernel", boom)
-    monkeypatch.setattr("transformer_limits.symbolic.attention_adjoint_kernels.write_adjoint_kernel", boom)
-    monkeypatch.setattr("transformer_limits.symbolic.flow_taylor_kernels.write_jet_kernel", boom)
+    monkeypatch.setattr("transformer_limits.numeric.kernel_family.KernelFamily.generate", boom)
     monkeypatch.setattr("transformer_limits.kernel_cache.lookup_source", lambda spec: None)
 
 

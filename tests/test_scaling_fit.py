@@ -11,13 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_limits.verify.experiments.spectral_released import PUBLISHED_GLOBAL_BETAS
-from transformer_limits.verify.scaling_fit import (
-    bootstrap_slopes,
-    fit_points,
-    fit_points_csv,
-    fit_power_law,
-    read_points_csv,
-)
+from transformer_limits.verify.scaling_fit import fit_points, fit_points_csv, read_points_csv
+from transformer_limits.verify.stats.width_scaling import bootstrap_slopes
+from transformer_limits.verify.stats.width_scaling import fit_width_scaling
 
 POINTS = Path(__file__).parent / "data" / "spectral_global_points_160m.csv"
 
@@ -64,7 +60,7 @@ def test_wrong_slope_dataset_is_rejected_and_true_slope_covered():
     rng = np.random.default_rng(7)
     widths = 768.0 * np.arange(1, 9)
     values = np.exp(2.0 + 0.5 * np.log(widths) + 0.05 * rng.standard_normal(8))
-    fit = fit_power_law(widths, values, n_bootstrap=500, seed=3)
+    fit = fit_width_scaling(widths, values, n_bootstrap=500, seed=3)
     assert fit.covers(0.5) and fit.covers(0.5, bootstrap=True)
     assert not fit.covers(1.0) and not fit.covers(1.0, bootstrap=True)
     assert fit.r2 > 0.95
@@ -80,8 +76,8 @@ def test_interval_coverage_by_simulation():
     reps = 400
     for i in range(reps):
         values = np.exp(1.0 + 0.7 * np.log(widths) + 0.2 * rng.standard_normal(8))
-        res = fit_power_law(widths, values, n_bootstrap=400, seed=i)
-        pairs = fit_power_law(widths, values, n_bootstrap=400, seed=i, bootstrap="pairs")
+        res = fit_width_scaling(widths, values, n_bootstrap=400, seed=i)
+        pairs = fit_width_scaling(widths, values, n_bootstrap=400, seed=i, bootstrap="pairs")
         hits["t"] += res.covers(0.7)
         hits["residual"] += res.covers(0.7, bootstrap=True)
         hits["pairs"] += pairs.covers(0.7, bootstrap=True)
@@ -94,7 +90,7 @@ def test_interval_coverage_by_simulation():
 @given(st.floats(-2, 2), st.floats(-5, 5), st.integers(3, 12))
 def test_exact_power_law_is_recovered(beta, c, n):
     widths = np.geomspace(100, 10000, n)
-    fit = fit_power_law(widths, np.exp(c + beta * np.log(widths)), n_bootstrap=50)
+    fit = fit_width_scaling(widths, np.exp(c + beta * np.log(widths)), n_bootstrap=50)
     assert fit.beta == pytest.approx(beta, abs=1e-9)
     assert fit.intercept == pytest.approx(c, abs=1e-8)
     assert fit.ci_high - fit.ci_low < 1e-6
@@ -114,20 +110,20 @@ def test_bootstrap_is_seeded_and_handles_degenerate_pairs():
         bootstrap_slopes(lx, ly, n_bootstrap=10, method="wild")
     with pytest.raises(ValueError, match="n_bootstrap"):
         bootstrap_slopes(lx, ly, n_bootstrap=0)
-    fit = fit_power_law([1.0, 2.0, 3.0], np.exp(ly))
+    fit = fit_width_scaling([1.0, 2.0, 3.0], np.exp(ly))
     with pytest.raises(ValueError, match="bootstrap"):
         fit.covers(0.3, bootstrap=True)
 
 
 def test_fit_argument_errors():
     with pytest.raises(ValueError, match="at least 3 points"):
-        fit_power_law([1.0, 2.0], [1.0, 2.0])
+        fit_width_scaling([1.0, 2.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="values"):
-        fit_power_law([1.0, 2.0, 3.0], [1.0, 0.0, 2.0])
+        fit_width_scaling([1.0, 2.0, 3.0], [1.0, 0.0, 2.0])
     with pytest.raises(ValueError, match="distinct"):
-        fit_power_law([2.0, 2.0, 2.0], [1.0, 3.0, 2.0])
+        fit_width_scaling([2.0, 2.0, 2.0], [1.0, 3.0, 2.0])
     with pytest.raises(ValueError, match="confidence"):
-        fit_power_law([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], confidence=1.5)
+        fit_width_scaling([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], confidence=1.5)
 
 
 def _write(path, header, rows):
@@ -173,8 +169,8 @@ def test_bootstrap_size_is_limited_up_front():
     """Issue 11: a huge n_bootstrap is a ValueError naming it (stated limit and memory estimate from
     transformer_limits.resource_limits), raised before any allocation."""
     with pytest.raises(ValueError, match=r"n_bootstrap must be <= 1000000"):
-        fit_power_law([1.0, 2.0, 3.0], [1.0, 2.0, 3.5], n_bootstrap=10**12)
+        fit_width_scaling([1.0, 2.0, 3.0], [1.0, 2.0, 3.5], n_bootstrap=10**12)
     with pytest.raises(ValueError, match=r"n_bootstrap must be <= 1000000"):
         bootstrap_slopes(np.log([1.0, 2.0, 3.0]), np.array([0.0, 1.0, 2.0]), n_bootstrap=10**12)
     with pytest.raises(ValueError, match=r"n_bootstrap=1000000 on 40000 points would need about"):
-        fit_power_law(np.arange(1.0, 40_001.0), np.arange(1.0, 40_001.0) ** 0.5, n_bootstrap=10**6)
+        fit_width_scaling(np.arange(1.0, 40_001.0), np.arange(1.0, 40_001.0) ** 0.5, n_bootstrap=10**6)

@@ -22,9 +22,11 @@ import pytest
 from scipy import stats
 
 from transformer_limits.cli import main
-from transformer_limits.verify.experiment import ExperimentConfig, experiment_spec, run_experiment
+from transformer_limits.verify.experiment import ExperimentConfig
+from transformer_limits.verify.registry import experiment_spec
+from transformer_limits.verify.running import run_experiment
 from transformer_limits.verify.experiments import spectral_released as sr
-from transformer_limits.verify.scaling_fit import fit_power_law
+from transformer_limits.verify.stats.width_scaling import fit_width_scaling
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_COPY = ROOT / "tests" / "data" / "spectral_global_points_160m.csv"
@@ -221,7 +223,7 @@ def test_ordering_check_false_failure_rate_and_power():
     lx = np.log(widths)
 
     def fit(beta, sigma):
-        return fit_power_law(widths, np.exp(1.0 + beta * lx + sigma * rng.standard_normal(8)))
+        return fit_width_scaling(widths, np.exp(1.0 + beta * lx + sigma * rng.standard_normal(8)))
 
     fails = 0
     reps = 2000
@@ -260,7 +262,8 @@ def test_runs_and_passes_where_torch_cannot_be_imported(tmp_path):
                 return None
 
         sys.meta_path.insert(0, NoTorch())
-        from transformer_limits.verify.experiment import missing_requirement, experiment_spec
+        from transformer_limits.verify.registry import experiment_spec
+        from transformer_limits.verify.running import missing_requirement
         assert missing_requirement(experiment_spec("spectral-scaling")) is not None
         from transformer_limits.cli import main
         rc = main(["verify", "spectral-released", "--no-progress"])

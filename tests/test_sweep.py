@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_limits
-from transformer_limits.verify.sweep import (
+from transformer_limits.verify.sweeps import (
     Grid,
     SweepError,
     SweepStore,
@@ -273,22 +273,22 @@ def test_a_cluster_that_lost_every_worker_stops_the_sweep(tmp_path, monkeypatch)
     import concurrent.futures
 
     from transformer_limits.errors import EnvironmentFailure
-    from transformer_limits.verify import sweep as sweep_module
+    from transformer_limits.verify.sweeps import driver, executors
 
-    class WorkerlessExecutor:  # what _DaskExecutor looks like once its last worker died
+    class WorkerlessExecutor:  # what DaskExecutor looks like once its last worker died
         address = "tcp://10.0.0.1:8786"
 
         def submit(self, fn, *args):
             return concurrent.futures.Future()  # never completes, like a task held by the scheduler
 
         def workerless_for(self):
-            return 2 * sweep_module.SCHEDULER_TIMEOUT_S
+            return 2 * executors.SCHEDULER_TIMEOUT_S
 
         def shutdown(self, wait=True, cancel_futures=False):
             pass
 
-    monkeypatch.setattr(sweep_module, "WORKER_WATCH_S", 0.05)
-    monkeypatch.setattr(sweep_module, "_make_executor", lambda *a: (WorkerlessExecutor(), 4))
+    monkeypatch.setattr(driver, "WORKER_WATCH_S", 0.05)
+    monkeypatch.setattr(executors, "make_executor", lambda *a: (WorkerlessExecutor(), 4))
     start = time.monotonic()
     with pytest.raises(EnvironmentFailure, match="no worker for over .* 18 points unfinished"):
         run_sweep(noisy_point, SPEC, tmp_path / "x.sqlite", scheduler="tcp://10.0.0.1:8786", progress=False)
@@ -374,7 +374,7 @@ def test_progress_bar_goes_to_stderr(tmp_path, capsys):
 SCRIPT = """
 import json, sys, time
 import numpy as np
-from transformer_limits.verify.sweep import run_sweep
+from transformer_limits.verify.sweeps import run_sweep
 
 def slow_point(point):
     time.sleep(0.04)

@@ -219,11 +219,11 @@ def test_check_is_not_a_point_comparison():
 
 
 def test_experiment_is_registered_full_only_and_package_imports_without_torch():
-    from transformer_limits.verify.experiment import experiment_spec
+    from transformer_limits.verify.registry import experiment_spec
 
     spec = experiment_spec("spectral-scaling")
     assert spec.profiles == ("full",) and spec.paper == "C"
     assert set(spec.check_names) == {"training_learns", "muon_hard_beta_exceeds_adamw", "dion_rank_monotone"}
-    code = ("import sys, transformer_limits; from transformer_limits.verify.experiment import list_experiments; "
+    code = ("import sys, transformer_limits; from transformer_limits.verify.registry import list_experiments; "
             "list_experiments(); assert 'torch' not in sys.modules, 'torch imported at package import'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -30,7 +30,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from transformer_limits.verify.rate_fit import fit_power_law, fit_rate_claim, lognormal_seed_noise
+from transformer_limits.verify.stats.multi_term import fit_rate_claim
+from transformer_limits.verify.stats.power_law import fit_power_law
+from transformer_limits.verify.stats.seed_bootstrap import lognormal_seed_noise
 from transformer_limits.verify.taylor import taylor_test
 from transformer_limits.verify.verdicts import (
     constant_below,
@@ -166,11 +168,11 @@ def declared_tolerances() -> dict[str, float]:
         "attention-depth-width/exponent_H": attention_depth_width.TOLERANCE,
         "attention-depth-width/trained_exponent_L": attention_depth_width.TOLERANCE,
         "attention-depth-width/trained_exponent_H": attention_depth_width.TOLERANCE,
-        "sde-limit/exponent_L": sde_limit.TOLERANCE,
-        "sde-limit/exponent_m": sde_limit.TOLERANCE,
+        "sde-limit/exponent_L": sde_limit.EXPONENT_L.tolerance,
+        "sde-limit/exponent_m": sde_limit.EXPONENT_M.tolerance,
         "token-independence/slope_in_log_N": token_independence.TOLERANCE,
-        "adamw-box/blockwise_dimension_free": adamw_box.BLOCKWISE_DRIFT_TOLERANCE,
-        "adamw-box/coordinatewise_exponent": adamw_box.COORDINATEWISE_EXPONENT_TOLERANCE,
+        "adamw-box/blockwise_dimension_free": adamw_box.BLOCKWISE_DIMENSION_FREE.tolerance,
+        "adamw-box/coordinatewise_exponent": adamw_box.COORDINATEWISE_EXPONENT.tolerance,
         "lions-taylor/lions_taylor_rate": lions_taylor.TAYLOR_STEPS["tolerance"],
     }
 
@@ -218,7 +220,7 @@ def test_sde_limit_rejects_just_outside():
 
     def verdict(levels, errors, seed):  # the call sde_limit.run makes
         fit = fit_power_law({"L": levels}, errors, expected=-1.0, window="all", seed=seed)
-        return exponent_equals(fit, -1.0, sde_limit.ALPHA, tolerance=sde_limit.TOLERANCE)
+        return exponent_equals(fit, -1.0, sde_limit.EXPONENT_L.alpha, tolerance=sde_limit.EXPONENT_L.tolerance)
 
     for key in ("L_levels", "m_levels"):
         levels = np.array(sde_limit.SETTINGS["full"][key], dtype=float)
@@ -248,11 +250,13 @@ def test_adamw_box_rejects_just_outside():
 
     def blockwise(levels, errors, seed):  # the calls adamw_box.run makes
         fit = fit_power_law({"d": levels}, errors, window="all", seed=seed)
-        return slope_zero(fit, adamw_box.ALPHA, tolerance=tol["adamw-box/blockwise_dimension_free"])
+        return slope_zero(fit, adamw_box.BLOCKWISE_DIMENSION_FREE.alpha,
+                          tolerance=tol["adamw-box/blockwise_dimension_free"])
 
     def coordinatewise(levels, errors, seed):
         fit = fit_power_law({"d": levels}, errors, window="all", seed=seed)
-        return exponent_equals(fit, 0.5, adamw_box.ALPHA, tolerance=tol["adamw-box/coordinatewise_exponent"])
+        return exponent_equals(fit, 0.5, adamw_box.COORDINATEWISE_EXPONENT.alpha,
+                               tolerance=tol["adamw-box/coordinatewise_exponent"])
 
     assert _experiment_power(blockwise, d, 0.0, DOC["adamw-box/blockwise_dimension_free"], sigma=0.1,
                              offset=90_000) == (2 * R, R)

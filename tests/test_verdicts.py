@@ -14,7 +14,9 @@ import pytest
 from scipy import stats
 
 from transformer_limits.verify.assertions import assert_rate, format_rate_table
-from transformer_limits.verify.rate_fit import fit_power_law, fit_rate_claim, lognormal_seed_noise
+from transformer_limits.verify.stats.multi_term import fit_rate_claim
+from transformer_limits.verify.stats.power_law import fit_power_law
+from transformer_limits.verify.stats.seed_bootstrap import lognormal_seed_noise
 from transformer_limits.verify.verdicts import (
     Check,
     constant_below,
@@ -197,7 +199,7 @@ def test_assert_rate_passes_and_fails_with_a_table():
 def test_a_wrong_claim_cannot_choose_its_own_window():
     """Regression: a claim steeper than the truth used to trim the finest levels until its CI was
     wide enough to contain it.  Data decay like L^-1/2; claims of L^-2 must fail."""
-    from transformer_limits.verify.rate_fit import fit_power_law
+    from transformer_limits.verify.stats.power_law import fit_power_law
     from transformer_limits.verify.verdicts import exponent_equals, rate_at_least
 
     rng = np.random.default_rng(0)
@@ -210,7 +212,7 @@ def test_a_wrong_claim_cannot_choose_its_own_window():
 
 
 def test_claims_with_a_log_factor_are_refused_not_misjudged():
-    from transformer_limits.verify.rate_fit import fit_power_law
+    from transformer_limits.verify.stats.power_law import fit_power_law
     from transformer_limits.verify.verdicts import rate_at_least
 
     L = 2.0 ** np.arange(3, 11)

@@ -18,7 +18,7 @@ import signal
 import sqlite3
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from transformer_limits.errors import (EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_ERROR, EXIT_OK, EXIT_SIGINT,
                                        EXIT_SIGTERM, EnvironmentFailure, ExperimentCrashed, InputError)
@@ -48,7 +48,7 @@ class CheckFailed(Exception):
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (argparse's default prints the whole usage block)."""
 
-    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+    def error(self, message: str) -> NoReturn:  # noqa: D401 - argparse API
         raise UsageError(f"{self.prog}: {message}")
 
 

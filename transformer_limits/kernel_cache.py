@@ -4,9 +4,9 @@ Layout under :func:`cache_dir`::
 
     kernels/<stem>_<key>.py|.cu   generated sources, readable; <key> hashes (expressions, printer,
                                   template, versions) — see symbolic.codegen.source_key
-    index/<spec-hash>.txt         maps a kernel *spec* (e.g. attention shapes + flavour + versions)
-                                  to the source file name, so a warm process loads kernels without
-                                  importing SymPy at all
+    index/<spec-hash>.txt         maps a kernel *spec* (family + parameters + flavour, built by
+                                  :func:`kernel_spec`, hashed with the versions) to the source file
+                                  name, so a warm process loads kernels without importing SymPy
 
 Numba's ``cache=True`` stores compiled artifacts in ``kernels/__pycache__`` keyed by the source
 file, so compiled kernels survive across processes as well.
@@ -91,9 +91,10 @@ def record_source(spec: str, path: Path) -> None:
     atomic_write_text(_index_path(spec), path.name + "\n")
 
 
-def write_source(stem: str, key: str, source: str, suffix: str) -> Path:
-    """Store ``source`` as ``kernels/<stem>_<key><suffix>`` atomically (rewritten only if changed)."""
-    path = cache_dir() / "kernels" / f"{stem}_{key}{suffix}"
+def write_source(filename: str, source: str) -> Path:
+    """Store ``source`` as ``kernels/<filename>`` (``<stem>_<key><suffix>``) atomically (rewritten only
+    if changed)."""
+    path = cache_dir() / "kernels" / filename
     if not path.exists() or path.read_text(encoding="utf-8") != source:
         atomic_write_text(path, source)
     return path

@@ -112,8 +112,9 @@ def check_kernel_dimensions(**dims: Any) -> tuple[int, ...]:
     for name, val in dims.items():
         if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
             raise InputError(f"{name} must be a positive integer, got {val!r}")
-        if val > MAX_KERNEL_DIMENSION:
+        n = int(val)
+        if n > MAX_KERNEL_DIMENSION:
             raise InputError(f"{name} must be <= {MAX_KERNEL_DIMENSION} (generated kernels are unrolled; "
-                             f"stated limit MAX_KERNEL_DIMENSION), got {val}")
-        out.append(int(val))
+                             f"stated limit MAX_KERNEL_DIMENSION), got {n}")
+        out.append(n)
     return tuple(out)

@@ -63,11 +63,13 @@ def _public_alias(app, env, node, contnode):
     except ImportError:
         return None
     exports = getattr(package, "_EXPORTS", {})
-    if exports.get(parts[3]) != parts[2]:
-        return None
-    target = ".".join(parts[:2] + parts[3:])
-    domain = env.get_domain("py")
-    return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], target, node, contnode)
+    # the module may be nested (``verify.stats.power_law``): try every split module / name
+    for k in range(3, len(parts)):
+        if exports.get(parts[k]) == ".".join(parts[2:k]):
+            target = ".".join(parts[:2] + parts[k:])
+            domain = env.get_domain("py")
+            return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], target, node, contnode)
+    return None
 
 
 def _plain_factory_defaults(app, what, name, obj, options, signature, return_annotation):

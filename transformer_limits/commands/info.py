@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
     from transformer_limits import __version__
     from transformer_limits.numeric.backends import backend_status, nvcc_path
-    from transformer_limits.symbolic.codegen import cache_dir
+    from transformer_limits.kernel_cache import cache_dir
 
     versions = {
         "transformer_limits": __version__,

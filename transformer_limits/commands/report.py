@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def selected_experiments(profile: str, only: list[str] | None):
     """Experiments whose ``profiles`` include ``profile``; ``only`` names them explicitly instead
     (run whatever their profiles; unknown names are a usage error)."""
-    from transformer_limits.verify.experiment import experiment_spec, list_experiments
+    from transformer_limits.verify.registry import experiment_spec, list_experiments
 
     if only:
         seen: list[str] = []
@@ -65,10 +65,11 @@ def not_run_experiments(selected, profile: str, only: list[str] | None) -> list[
     """Every registered experiment this report does not run, with one line saying why:
     ``"not in profile quick (profiles: full)"``, ``"deliberately wrong variant, run by name"``
     (``profiles=()``), ``"not named by --only"``, and, when a module it requires is missing,
-    :func:`transformer_limits.verify.experiment.missing_requirement`'s line (``"missing requirement:
+    :func:`transformer_limits.verify.running.missing_requirement`'s line (``"missing requirement:
     needs PyTorch (pip install torch)"``, joined with ``"; "``).  A selected experiment with a
     missing requirement is listed too: it is skipped, not run."""
-    from transformer_limits.verify.experiment import list_experiments, missing_requirement
+    from transformer_limits.verify.registry import list_experiments
+    from transformer_limits.verify.running import missing_requirement
 
     chosen = {e.name for e in selected}
     out = []
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from transformer_limits.atomic_write import replaced_directory
-    from transformer_limits.verify.experiment import run_experiment
+    from transformer_limits.verify.running import run_experiment
     from transformer_limits.verify.report import report_entries, write_experiment_report, write_index
 
     load_modules(args)

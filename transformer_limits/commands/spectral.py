@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import argparse
-import io
 import math
 import os
 
@@ -121,6 +120,7 @@ def _write_plot(path: str, groups: dict, fits: list[dict]) -> None:
     import numpy as np
 
     from transformer_limits.atomic_write import atomic_write_bytes
+    from transformer_limits.verify.figures import figure_png
 
     optimizers = list(dict.fromkeys(f["optimizer"] for f in fits))
     series = list(dict.fromkeys((f["stratum"], f["metric"]) for f in fits))
@@ -145,10 +145,9 @@ def _write_plot(path: str, groups: dict, fits: list[dict]) -> None:
     ax.set_title("log R = c + β log D (OLS)")
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    png = figure_png(fig)
     plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, png)
 
 
 def run_ranks(args: argparse.Namespace) -> int:

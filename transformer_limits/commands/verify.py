@@ -6,7 +6,7 @@
     transformer-limits verify --list [--format json] [--module FILE.py ...]
 
 ``--module FILE.py`` (repeatable) imports a Python file first, which registers its experiments
-(:func:`transformer_limits.verify.experiment.load_experiment_file`); installed plugins (entry-point
+(:func:`transformer_limits.verify.registry.load_experiment_file`); installed plugins (entry-point
 group ``transformer_limits.experiments``) are always loaded.  See ``docs/extending.md``.
 
 Exit 0 when every check passes, 1 (after printing) when one fails, 2 on bad input (checked before
@@ -50,7 +50,7 @@ def load_modules(args: argparse.Namespace) -> None:
     """Import every ``--module`` file (before anything else); a missing file, one that is not
     ``.py``, one that raises or registers a taken name or nothing is bad input (exit 2)."""
     from transformer_limits.errors import InputError
-    from transformer_limits.verify.experiment import load_experiment_file
+    from transformer_limits.verify.registry import load_experiment_file
 
     for path in getattr(args, "module", None) or ():
         try:
@@ -114,7 +114,7 @@ def check_store(store: str | None) -> None:
     :class:`transformer_limits.errors.StoreError` (exit 2) naming the store."""
     if store is None:
         return
-    from transformer_limits.verify.sweep import SweepStore
+    from transformer_limits.verify.sweeps import SweepStore
 
     SweepStore(store).close()
 
@@ -127,7 +127,7 @@ def check_scheduler(scheduler: str | None) -> None:
         import distributed  # noqa: F401
     except ImportError:
         raise UsageError("--scheduler needs dask.distributed: pip install 'transformer_limits[distributed]'") from None
-    from transformer_limits.verify.sweep import check_scheduler_address
+    from transformer_limits.verify.sweeps import check_scheduler_address
 
     check_scheduler_address(scheduler)
 
@@ -198,7 +198,7 @@ def _source_note(source: dict | None) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from transformer_limits.verify.experiment import experiment_source, list_experiments
+    from transformer_limits.verify.registry import experiment_source, list_experiments
 
     exps = list_experiments()
     sources = {e.name: experiment_source(e.name) for e in exps}
@@ -218,7 +218,8 @@ def run(args: argparse.Namespace) -> int:
         return _list(args)
     if not args.name:
         raise UsageError("verify needs an experiment NAME or --list")
-    from transformer_limits.verify.experiment import experiment_spec, run_experiment
+    from transformer_limits.verify.registry import experiment_spec
+    from transformer_limits.verify.running import run_experiment
     from transformer_limits.verify.report import results_payload, write_experiment_report
 
     experiment = experiment_spec(args.name)

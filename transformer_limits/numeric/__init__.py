@@ -18,7 +18,8 @@ here needs SymPy at run time.
 * spectra (paper C, docs/spectral.md): :func:`renyi_rank`, :func:`covariance_spectrum`,
   :class:`StreamingCovariance`, :func:`rank_summary`, and the token strata
   :func:`frequency_strata`;
-* backends: :func:`available_backends`, :func:`backend_status`.
+* backends: :class:`Backend` records, :func:`resolve_backend` (a user's ``backend=`` string for a
+  kernel family), :func:`available_backends`, :func:`backend_status`.
 
 PyTorch-only parts (paper C's toy training: ``transformer_limits.numeric.torch.toy_gpt`` and
 ``transformer_limits.numeric.torch.optimizers``) are imported by module path, so the API works
@@ -111,6 +112,8 @@ _EXPORTS = {
     "available_backends": "backends",
     "backend_status": "backends",
     "BackendStatus": "backends",
+    "Backend": "backends",
+    "resolve_backend": "backends",
 }
 
 __all__ = install_lazy_exports(__name__, _EXPORTS)

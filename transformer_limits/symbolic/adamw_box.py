@@ -257,7 +257,7 @@ def adamw_box(beta1: float, beta2: float, lr: float | None, weight_decay: float 
         if entries is not None:
             values["R_theta_coordinatewise_frobenius"] = math.sqrt(entries) * radius
             values["frobenius_growth_factor"] = math.sqrt(entries)
-    if None not in (lr, weight_decay, R0) and weight_decay > 0:
+    if lr is not None and weight_decay is not None and R0 is not None and weight_decay > 0:
         values["R_theta_all_steps"] = max(R0, sup_value / weight_decay)
 
     expressions = {

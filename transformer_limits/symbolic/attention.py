@@ -20,8 +20,9 @@ functions, and their difference is evaluated exactly at random rational points (
 identity test, :func:`prove_identity`).  The same test confirms the empirical-measure identity
 dA(x, m)/dy_j = w_j d_mu A(x, m)(y_j).
 
-Per-token and per-pair pieces of the closed forms (``kernel_pieces``) feed the loop templates of
-:mod:`transformer_limits.symbolic.attention_kernels`.
+Per-token and per-pair pieces of the closed forms
+(:func:`transformer_limits.symbolic.template_pieces.kernel_pieces`) feed the loop templates of
+:mod:`transformer_limits.symbolic.attention_kernels`, whose sources the derivations show.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from functools import lru_cache
 import mpmath
 import sympy as sp
 
+from transformer_limits.symbolic.attention_kernels import attention_kernel_sources
 from transformer_limits.symbolic.derivation import Derivation, Param, register_derivation
 
 __all__ = [
@@ -41,7 +43,6 @@ __all__ = [
     "flat_derivative",
     "lions_derivative",
     "spatial_jacobian",
-    "kernel_pieces",
 ]
 
 _SHAPE_PARAMS = (
@@ -194,62 +195,6 @@ def prove_identity(s: AttentionSymbols, lhs: sp.Matrix, rhs: sp.Matrix, *, trial
 
 
 # --------------------------------------------------------------------------- kernel pieces
-@dataclass(frozen=True)
-class KernelPieces:
-    """Scalar expressions the loop templates need, in the symbols named below.
-
-    query features  (x_a, Q, K)   -> q_b = (Q x)_b, r_a = (K^T Q x)_a
-    key features    (y_a, Q, K, V)-> k_b = (K y)_b, v_c = (V y)_c, u_a = (Q^T K y)_a
-    pair logit      (q_b, k_b)    -> logit = <q, k>
-    pair terms with p = pi_mu(x, y) (density w.r.t. mu) and A_c = A(x, mu)_c:
-        flat_c   = p (v_c - A_c)
-        lions_ca = p (V_ca + (v_c - A_c) r_a)
-        jac_ca   = p (v_c - A_c) u_a        (summed against mu for grad_x A)
-    """
-
-    d: int
-    d_k: int
-    d_v: int
-    query: dict[str, sp.Expr]
-    key: dict[str, sp.Expr]
-    logit: dict[str, sp.Expr]
-    flat: dict[str, sp.Expr]
-    lions: dict[str, sp.Expr]
-    jac: dict[str, sp.Expr]
-
-
-def _syms(prefix: str, n: int) -> list[sp.Symbol]:
-    return [sp.Symbol(f"{prefix}_{a}", real=True) for a in range(n)]
-
-
-@lru_cache(maxsize=32)
-def kernel_pieces(d: int, d_k: int, d_v: int) -> KernelPieces:
-    s = attention_symbols(d, d_k, d_v, 1)
-    x, y = s.x, _vector("y", d)
-    qx = s.Q * x
-    ky = s.K * y
-    q_syms = sp.Matrix(_syms("q", d_k))
-    rx = s.K.T * q_syms  # r = K^T q reuses q = Q x
-    uy = s.Q.T * ky
-    vy = s.V * y
-    q, k, r, u, v = list(q_syms), _syms("k", d_k), _syms("r", d), _syms("u", d), _syms("v", d_v)
-    A = _syms("A", d_v)
-    p = sp.Symbol("p", positive=True)
-    query = {f"q_{b}": qx[b] for b in range(d_k)}
-    query.update({f"r_{a}": rx[a] for a in range(d)})
-    key = {f"k_{b}": ky[b] for b in range(d_k)}
-    key.update({f"v_{c}": vy[c] for c in range(d_v)})
-    key.update({f"u_{a}": uy[a] for a in range(d)})
-    return KernelPieces(
-        d=d, d_k=d_k, d_v=d_v, query=query, key=key,
-        logit={"logit": sum(qb * kb for qb, kb in zip(q, k))},
-        flat={f"flat_{c}": p * (v[c] - A[c]) for c in range(d_v)},
-        lions={f"lions_{c}_{a}": p * (s.V[c, a] + (v[c] - A[c]) * r[a])
-               for c in range(d_v) for a in range(d)},
-        jac={f"jac_{c}_{a}": p * (v[c] - A[c]) * u[a] for c in range(d_v) for a in range(d)},
-    )
-
-
 # --------------------------------------------------------------------------- numeric values
 def _random_point(s: AttentionSymbols, seed: int) -> dict[sp.Symbol, sp.Float]:
     """A seeded random configuration (uniform in [-1, 1], weights normalised), exact rationals."""
@@ -293,8 +238,6 @@ _ASSUMPTIONS = [
 
 
 def _kernel_sources(d: int, d_k: int, d_v: int) -> dict[str, str]:
-    from transformer_limits.symbolic.attention_kernels import attention_kernel_sources
-
     return attention_kernel_sources(d, d_k, d_v)
 
 

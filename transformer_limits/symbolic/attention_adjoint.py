@@ -25,8 +25,9 @@ docs/theory.md §A.3 with P_ij = w_ij pi(x^i, x^j) (a row-stochastic matrix) giv
 and the parameter gradients dQ = sum_i qbar^i x^{iT}, dK = sum_j kbar^j x^{jT},
 dV = sum_j vbar^j x^{jT}, dO = c sum_i p^i A^{iT}.  Nothing of size N x N x d x d is formed.
 
-``adjoint_pieces`` derives each per-token / per-pair piece with SymPy (derivatives of the logit,
-of the output projection and of the feature maps); the derivation ``attention-adjoint`` checks at
+``adjoint_pieces`` (:mod:`transformer_limits.symbolic.template_pieces`) derives each per-token /
+per-pair piece with SymPy (derivatives of the logit, of the output projection and of the feature
+maps); the derivation ``attention-adjoint`` checks at
 50 digits that the assembled VJP equals SymPy's own gradient of sum_i <g^i, A(x^i, m^i)>, masked
 and unmasked, and equals the docs/theory.md §A.2 form built from the closed Jacobian and Lions derivative.
 Loop templates: :mod:`transformer_limits.symbolic.attention_adjoint_kernels`.
@@ -34,15 +35,13 @@ Loop templates: :mod:`transformer_limits.symbolic.attention_adjoint_kernels`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
-
 import sympy as sp
 
-from transformer_limits.symbolic.attention import kernel_pieces
+from transformer_limits.symbolic.attention_adjoint_kernels import adjoint_kernel_sources
 from transformer_limits.symbolic.derivation import Derivation, Param, register_derivation
+from transformer_limits.symbolic.template_pieces import adjoint_pieces
 
-__all__ = ["AdjointPieces", "adjoint_pieces", "layer_vjp_symbolic"]
+__all__ = ["layer_vjp_symbolic"]
 
 
 def _syms(prefix: str, n: int) -> list[sp.Symbol]:
@@ -51,78 +50,6 @@ def _syms(prefix: str, n: int) -> list[sp.Symbol]:
 
 def _matrix(name: str, rows: int, cols: int) -> sp.Matrix:
     return sp.Matrix(rows, cols, lambda a, b: sp.Symbol(f"{name}_{a}_{b}", real=True))
-
-
-@dataclass(frozen=True)
-class AdjointPieces:
-    """Scalar expressions for the forward and adjoint loop templates of one head.
-
-    Symbols: x_a / y_a token coordinates; Q_a_b, K_a_b, V_a_b, O_a_c head parameters; q_b, k_b, v_c
-    features; beta inverse temperature; p the pair weight P_ij (row-stochastic softmax); A_c the
-    head output A^i; ct_a the cotangent p^i of the layer output; wh the head weight c_h; g_c the
-    value cotangent g^i = c_h O^T p^i; gA = <g^i, A^i>; sbar the pair score; qb_b, kb_b, vb_c the
-    accumulated feature cotangents.
-    """
-
-    d: int
-    d_k: int
-    d_v: int
-    query: dict[str, sp.Expr]       # q_b = (Q x)_b
-    key: dict[str, sp.Expr]         # k_b = (K y)_b, v_c = (V y)_c
-    logit: dict[str, sp.Expr]       # logit = beta <q, k>
-    head_out: dict[str, sp.Expr]    # o_a = wh (O A)_a
-    cotangent: dict[str, sp.Expr]   # g_c = wh (O^T ct)_c
-    g_dot_a: dict[str, sp.Expr]     # gA = <g, A>
-    pair_score: dict[str, sp.Expr]  # sbar = p (<g, v> - gA)
-    query_inc: dict[str, sp.Expr]   # dq_b = sbar d logit / d q_b
-    key_inc: dict[str, sp.Expr]     # dk_b = sbar d logit / d k_b
-    value_inc: dict[str, sp.Expr]   # dv_c = d (p <g, v>) / d v_c
-    jac_vjp: dict[str, sp.Expr]     # xj_a = (Q^T qb)_a          (spatial-Jacobian term)
-    lions_vjp: dict[str, sp.Expr]   # xl_a = (K^T kb + V^T vb)_a (Lions term)
-
-
-def _transpose_product(features: sp.Matrix, wrt: sp.Matrix, bar: list[sp.Symbol]) -> sp.Matrix:
-    """(d features / d wrt)^T bar: the VJP of a feature map, by SymPy differentiation."""
-    return features.jacobian(wrt).T * sp.Matrix(bar)
-
-
-@lru_cache(maxsize=32)
-def adjoint_pieces(d: int, d_k: int, d_v: int) -> AdjointPieces:
-    base = kernel_pieces(d, d_k, d_v)
-    x, y = sp.Matrix(_syms("x", d)), sp.Matrix(_syms("y", d))
-    Q, K, V, O = _matrix("Q", d_k, d), _matrix("K", d_k, d), _matrix("V", d_v, d), _matrix("O", d, d_v)
-    q, k, v, A = _syms("q", d_k), _syms("k", d_k), _syms("v", d_v), _syms("A", d_v)
-    ct, g = _syms("ct", d), _syms("g", d_v)
-    qb, kb, vb = _syms("qb", d_k), _syms("kb", d_k), _syms("vb", d_v)
-    beta, wh, p = sp.Symbol("beta", real=True), sp.Symbol("wh", real=True), sp.Symbol("p", positive=True)
-    gA, sbar = sp.Symbol("gA", real=True), sp.Symbol("sbar", real=True)
-    logit = beta * base.logit["logit"]
-    out = wh * O * sp.Matrix(A)
-    # g = d <ct, wh O A> / d A : the cotangent of the head output A
-    gvec = sp.Matrix([sp.diff((sp.Matrix(ct).T * out)[0, 0], a) for a in A])
-    # pair score: <g, flat derivative> with the atom weight folded into p (kernel_pieces.flat)
-    flat_dot = sum(gc * base.flat[f"flat_{c}"] for c, gc in enumerate(g))
-    g_dot_a = sum(gc * ac for gc, ac in zip(g, A))
-    score = p * (sum(gc * vc for gc, vc in zip(g, v)) - gA)
-    if sp.expand(flat_dot - score.subs(gA, g_dot_a)) != 0:  # pragma: no cover - algebra guard
-        raise RuntimeError("pair score differs from <g, flat derivative>")
-    return AdjointPieces(
-        d=d, d_k=d_k, d_v=d_v,
-        query={f"q_{b}": (Q * x)[b] for b in range(d_k)},
-        key={**{f"k_{b}": base.key[f"k_{b}"] for b in range(d_k)},
-             **{f"v_{c}": base.key[f"v_{c}"] for c in range(d_v)}},
-        logit={"logit": logit},
-        head_out={f"o_{a}": out[a] for a in range(d)},
-        cotangent={f"g_{c}": gvec[c] for c in range(d_v)},
-        g_dot_a={"gA": g_dot_a},
-        pair_score={"sbar": score},
-        query_inc={f"dq_{b}": sbar * sp.diff(logit, q[b]) for b in range(d_k)},
-        key_inc={f"dk_{b}": sbar * sp.diff(logit, k[b]) for b in range(d_k)},
-        value_inc={f"dv_{c}": sp.diff(p * sum(gc * vc for gc, vc in zip(g, v)), v[c]) for c in range(d_v)},
-        jac_vjp={f"xj_{a}": _transpose_product(Q * x, x, qb)[a] for a in range(d)},
-        lions_vjp={f"xl_{a}": (_transpose_product(K * x, x, kb) + _transpose_product(V * x, x, vb))[a]
-                   for a in range(d)},
-    )
 
 
 # --------------------------------------------------------------------------- symbolic check
@@ -215,8 +142,6 @@ def _attention_adjoint(d: int, d_k: int, d_v: int, n_tokens: int, seed: int) -> 
                       f"sum_i <g^i, A(x^i, m^i)> at a random point (N={n_tokens}, 50 digits, residual {res:.1e}).")
     checks.append("Generated numba kernels agree with the NumPy reference adjoint to 1e-12 and pass the "
                   "gradient Taylor test at rate 2 (tests/test_transformer_model.py).")
-    from transformer_limits.symbolic.attention_adjoint_kernels import adjoint_kernel_sources
-
     exprs = {}
     for group in ("logit", "pair_score", "query_inc", "key_inc", "value_inc", "jac_vjp", "lions_vjp"):
         exprs.update({k: v for k, v in getattr(P, group).items()})

@@ -1,6 +1,6 @@
 """Loop templates for one multi-head attention *layer* and its adjoint (VJP), generated code inside.
 
-The scalar formulas come from :func:`transformer_limits.symbolic.attention_adjoint.adjoint_pieces`
+The scalar formulas come from :func:`transformer_limits.symbolic.template_pieces.adjoint_pieces`
 (SymPy derivatives checked at 50 digits by the ``attention-adjoint`` derivation); this module only
 places them in loops.  Flavour ``python-numba`` (``numba.njit(parallel=True, cache=True)``), all
 heads of a layer per call, nothing of size N x N stored.  Key and value features are stored
@@ -37,24 +37,18 @@ LOGZ (H, N); F, PC, XJ (N, d); XL (T, d, N).
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from transformer_limits import kernel_cache
-from transformer_limits.symbolic.attention_adjoint import adjoint_pieces
+from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.symbolic.codegen import (CodeBlock, code_block, indent, lane_max_lines, source_key,
                                                  unkeyed_name)
 from transformer_limits.symbolic.fast_exp import fast_exp_lines
+from transformer_limits.symbolic.template_pieces import adjoint_pieces
 
-__all__ = ["ADJOINT_FLAVOURS", "adjoint_kernel_source", "adjoint_kernel_sources", "adjoint_kernel_spec",
-           "write_adjoint_kernel"]
+__all__ = ["adjoint_kernel_source", "adjoint_kernel_sources"]
 
-ADJOINT_FLAVOURS = {"python-numba": ".py"}
+ADJOINT_FLAVOURS = LAYER_ADJOINT.flavours  # flavour -> file suffix (kernel family LAYER_ADJOINT)
 MAX_LANES = 4  # lanes of the row-maximum loop (a power of two)
 ADJ_ROWS = 4  # query rows per block of the adjoint's key/value partial updates
-
-
-def adjoint_kernel_spec(d: int, d_k: int, d_v: int, flavour: str) -> str:
-    return f"attention-adjoint-kernels:d={d}:d_k={d_k}:d_v={d_v}:{flavour}"
 
 
 class _Blocks:
@@ -227,12 +221,3 @@ def adjoint_kernel_sources(d: int, d_k: int, d_v: int) -> dict[str, str]:
     """File name (without the cache key, for the docs) -> source, per flavour."""
     return dict((unkeyed_name(name), source)
                 for name, source in (adjoint_kernel_source(d, d_k, d_v, f) for f in ADJOINT_FLAVOURS))
-
-
-def write_adjoint_kernel(d: int, d_k: int, d_v: int, flavour: str = "python-numba") -> Path:
-    """Generate, store in the kernel cache and index one flavour; return its path."""
-    filename, source = adjoint_kernel_source(d, d_k, d_v, flavour)
-    stem, _, rest = filename.rpartition("_")
-    path = kernel_cache.write_source(stem, rest.split(".")[0], source, ADJOINT_FLAVOURS[flavour])
-    kernel_cache.record_source(adjoint_kernel_spec(d, d_k, d_v, flavour), path)
-    return path

@@ -1,6 +1,6 @@
 """Loop templates for the attention kernels, filled with generated per-token and per-pair code.
 
-The scalar formulas come from :func:`transformer_limits.symbolic.attention.kernel_pieces` (closed
+The scalar formulas come from :func:`transformer_limits.symbolic.template_pieces.kernel_pieces` (closed
 forms checked against SymPy differentiation); this module only decides *where* they run:
 
 * key pass (one per key token j): k = K y_j, v = V y_j, u = Q^T K y_j -> arrays KF, VF, UF;
@@ -9,7 +9,9 @@ forms checked against SymPy differentiation); this module only decides *where* t
 * derivative passes reuse log Z and A: Jacobian sums w_j p_ij (v_j - A_i) u_j^T over j; the flat and
   Lions derivatives are evaluated at every key atom (one output per pair).
 
-Flavours (one source file each, stored in the kernel cache):
+Flavours (one source file each; the kernel family
+:data:`transformer_limits.numeric.kernel_family.ATTENTION` declares them and stores them in the
+kernel cache):
 
 ``python-numpy``  vectorised over tokens with broadcasting (the ``numpy`` backend);
 ``python-numba``  ``numba.njit(parallel=True, cache=True)``, ``prange`` over tokens; the forward
@@ -27,23 +29,17 @@ LIONS (N, M, d_v, d); FLAT (N, M, d_v).
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from transformer_limits import kernel_cache
-from transformer_limits.symbolic.attention import kernel_pieces
+from transformer_limits.numeric.kernel_family import ATTENTION
 from transformer_limits.symbolic.codegen import (CodeBlock, code_block, indent, lane_max_lines, source_key,
                                                  unkeyed_name)
 from transformer_limits.symbolic.fast_exp import fast_exp_lines
+from transformer_limits.symbolic.template_pieces import kernel_pieces
 
-__all__ = ["FLAVOURS", "attention_kernel_source", "attention_kernel_sources", "write_attention_kernel",
-           "attention_kernel_spec"]
+__all__ = ["attention_kernel_source", "attention_kernel_sources"]
 
-FLAVOURS = {"python-numpy": ".py", "python-numba": ".py", "python-cuda": ".py", "cuda-c": ".cu"}
+FLAVOURS = ATTENTION.flavours  # flavour -> file suffix
 _PRINTER = {"python-numpy": "numpy", "python-numba": "scalar", "python-cuda": "scalar", "cuda-c": "c"}
-
-
-def attention_kernel_spec(d: int, d_k: int, d_v: int, flavour: str) -> str:
-    return kernel_cache.kernel_spec("attention", d=d, d_k=d_k, d_v=d_v, flavour=flavour)
 
 
 class _Blocks:
@@ -89,8 +85,9 @@ def _py_loads(names: str, n: int, arr: str, idx: str) -> list[str]:
     return [f"{names}_{a} = {arr}[{idx}, {a}]" for a in range(n)]
 
 
-def _py_scalar_bodies(b: _Blocks) -> dict[str, tuple[list[str], list[str]]]:
-    """Per kernel: (setup lines, body lines for one token index i / j) in scalar Python."""
+def _py_scalar_bodies(b: _Blocks) -> tuple[dict[str, list[str]], dict[str, tuple[list[str], list[str]]]]:
+    """Kernel bodies in scalar Python: (row kernels key/forward/jacobian -> lines for one token
+    index, pair kernels lions/flat -> (lines for row i, lines for pair (i, j)))."""
     d, d_k, d_v = b.d, b.d_k, b.d_v
     P = "scalar"
     key = (_py_loads("y", d, "Y", "j") + b.key.lines(P)
@@ -125,7 +122,7 @@ def _py_scalar_bodies(b: _Blocks) -> dict[str, tuple[list[str], list[str]]]:
     lions = (pair_common + b.r.lines(P), pair_j + b.lions.lines(P)
              + [f"LIONS[i, j, {c}, {a}] = lions_{c}_{a}" for c in range(d_v) for a in range(d)])
     flat = (pair_common, pair_j + b.flat.lines(P) + [f"FLAT[i, j, {c}] = flat_{c}" for c in range(d_v)])
-    return {"key": key, "forward": fwd, "jacobian": jac, "lions": lions, "flat": flat}
+    return {"key": key, "forward": fwd, "jacobian": jac}, {"lions": lions, "flat": flat}
 
 
 _SIGNATURES = {
@@ -168,7 +165,7 @@ def _numba_forward(b: _Blocks) -> list[str]:
 
 
 def _source_numba(b: _Blocks) -> str:
-    bodies = _py_scalar_bodies(b)
+    rows, pairs = _py_scalar_bodies(b)
     out = ["import math", "", "import numba", "import numpy"] + fast_exp_lines() + [""]
     out += _numba_forward(b)
     for kind in ("key", "jacobian"):
@@ -177,9 +174,9 @@ def _source_numba(b: _Blocks) -> str:
         out += ["", "@numba.njit(parallel=True, cache=True, fastmath=False)",
                 f"def {_NAMES[kind]}({_SIGNATURES[kind]}):",
                 indent(_py_unpack_params(b), 1), "    M = KF.shape[0]",
-                f"    for {idx} in numba.prange({length}.shape[0]):", indent(bodies[kind], 2), ""]
+                f"    for {idx} in numba.prange({length}.shape[0]):", indent(rows[kind], 2), ""]
     for kind in ("lions", "flat"):
-        outer, inner = bodies[kind]
+        outer, inner = pairs[kind]
         out += ["", "@numba.njit(parallel=True, cache=True, fastmath=False)",
                 f"def {_NAMES[kind]}({_SIGNATURES[kind]}):",
                 indent(_py_unpack_params(b), 1), "    M = KF.shape[0]",
@@ -189,16 +186,16 @@ def _source_numba(b: _Blocks) -> str:
 
 
 def _source_cuda(b: _Blocks) -> str:
-    bodies = _py_scalar_bodies(b)
+    rows, pairs = _py_scalar_bodies(b)
     out = ["import math", "", "from numba import cuda", ""]
     for kind in ("key", "forward", "jacobian"):
         length = "Y" if kind == "key" else "X"
         idx = "j" if kind == "key" else "i"
         out += ["", "@cuda.jit", f"def {_NAMES[kind]}({_SIGNATURES[kind]}):",
                 f"    {idx} = cuda.grid(1)", f"    if {idx} >= {length}.shape[0]:", "        return",
-                indent(_py_unpack_params(b), 1), "    M = KF.shape[0]", indent(bodies[kind], 1), ""]
+                indent(_py_unpack_params(b), 1), "    M = KF.shape[0]", indent(rows[kind], 1), ""]
     for kind in ("lions", "flat"):
-        outer, inner = bodies[kind]
+        outer, inner = pairs[kind]
         out += ["", "@cuda.jit", f"def {_NAMES[kind]}({_SIGNATURES[kind]}):",
                 "    i, j = cuda.grid(2)", "    if i >= X.shape[0] or j >= KF.shape[0]:", "        return",
                 indent(_py_unpack_params(b), 1), indent(outer + inner, 1), ""]
@@ -268,7 +265,7 @@ def _source_numpy(b: _Blocks) -> str:
 
 
 # --------------------------------------------------------------------------- CUDA C (CuPy)
-def _c_bodies(b: _Blocks) -> dict[str, str]:
+def _c_bodies(b: _Blocks) -> dict[str, list[str]]:
     d, d_k, d_v = b.d, b.d_k, b.d_v
     P, decl = "c", "const double "
     params: list[str] = []  # parameter loads are prepended per kernel by _source_c (used ones only)
@@ -371,13 +368,3 @@ def attention_kernel_sources(d: int, d_k: int, d_v: int) -> dict[str, str]:
     """File name (without the cache key, so docs do not churn with versions) -> source, per flavour."""
     return dict((unkeyed_name(name), source)
                 for name, source in (attention_kernel_source(d, d_k, d_v, f) for f in FLAVOURS))
-
-
-def write_attention_kernel(d: int, d_k: int, d_v: int, flavour: str) -> Path:
-    """Generate, store in the kernel cache and index one flavour; return its path."""
-    filename, source = attention_kernel_source(d, d_k, d_v, flavour)
-    stem, _, rest = filename.rpartition("_")
-    key, suffix = rest.split(".")[0], FLAVOURS[flavour]
-    path = kernel_cache.write_source(stem, key, source, suffix)
-    kernel_cache.record_source(attention_kernel_spec(d, d_k, d_v, flavour), path)
-    return path

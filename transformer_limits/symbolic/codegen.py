@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import sympy as sp
 from sympy.printing.c import C99CodePrinter
+from sympy.printing.codeprinter import CodePrinter
 from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
@@ -67,6 +68,9 @@ class _FoldMinMax:
 
     _max_fn = "max"
     _min_fn = "min"
+
+    if TYPE_CHECKING:  # supplied by the sympy printer this class is mixed into
+        def _print(self, expr: Any, **kwargs: Any) -> str: ...
 
     def _fold(self, fn: str, expr) -> str:
         out, *rest = [self._print(a) for a in expr.args]
@@ -137,7 +141,7 @@ class _CPrinter(_FoldMinMax, C99CodePrinter):
     _min_fn = "fmin"
 
 
-PRINTERS = {
+PRINTERS: dict[str, CodePrinter] = {
     "numpy": _NumpyPrinter({"fully_qualified_modules": True}),
     "scalar": _ScalarPrinter({"fully_qualified_modules": True}),
     "c": _CPrinter(),

@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import sympy as sp
 
+from transformer_limits.jsonable import jsonable
+
 __all__ = [
     "CHECK_STATES",
     "CheckLine",
@@ -87,6 +89,7 @@ class Param:
         """Convert and validate ``value``; raise ``ValueError`` naming the parameter when bad."""
         if value is None:
             return None
+        out: Any  # int, float or str (self.kind)
         try:
             if self.kind is int:
                 if isinstance(value, float) and not value.is_integer():
@@ -206,8 +209,9 @@ class Derivation:
         lines.extend(f"  - {a}" for a in self.assumptions)
         lines.append("checked by:")
         lines.extend(f"  - {c}" for c in self.checks)
-        if self._check_summary():
-            lines.append(self._check_summary())
+        summary = self._check_summary()
+        if summary:
+            lines.append(summary)
         if self.values:
             lines.append("values:")
             lines.extend(f"  {k} = {v}" for k, v in _jsonable(self.values).items())
@@ -257,22 +261,17 @@ class Derivation:
 
 
 def _jsonable(obj: Any) -> Any:
-    """Convert numpy / SymPy scalars and arrays to plain JSON types."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return _jsonable(obj.tolist())
+    """Convert numpy / SymPy scalars and arrays to plain JSON types (±inf and NaN as text)."""
+    return jsonable(obj, nonfinite="string", other=_sympy_value)
+
+
+def _sympy_value(obj: Any) -> Any:
+    """A real SymPy number as a float, another SymPy expression as text; else float(obj) or text."""
     if isinstance(obj, sp.Basic):
         if obj.is_number:
             val = complex(obj.evalf(30))
             return val.real if val.imag == 0 else str(obj)
         return str(obj)
-    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else str(obj)
     try:
         return float(obj)
     except (TypeError, ValueError):

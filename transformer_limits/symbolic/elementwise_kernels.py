@@ -1,13 +1,20 @@
-"""Elementwise kernels from scalar SymPy expressions, on every backend.
+"""Elementwise kernels from scalar SymPy expressions, in every generated-source flavour.
 
-Given input symbols (x_1, ..., x_p) and named outputs f_k(x_1, ..., x_p), build a function that maps
-equally shaped float64 arrays to the output arrays.  This is the smallest loop template of the
-codegen pipeline and the one activations (ReLU, tanh, SiLU, ...) and their derivatives go through:
+Given input symbols (x_1, ..., x_p) and named outputs f_k(x_1, ..., x_p), the template writes
+``kernel(IN_x_1, ..., IN_x_p, OUT_f_1, ...)`` that sets OUT_f_k[i] = f_k(IN_x_1[i], ..., IN_x_p[i]) over
+flattened float64 arrays.  This is the smallest loop template of the codegen pipeline and the one
+activations (ReLU, tanh, SiLU, ...) and their derivatives go through:
 
-``numpy``          vectorised (``numpy.where`` for Piecewise, ``numpy.maximum`` for Max)
-``numba``          ``numba.njit(parallel=True, cache=True)`` loop over the flattened arrays
-``numba-cuda``     ``numba.cuda.jit`` kernel, one thread per element (also the CUDA simulator)
-``cupy``           CUDA C from the C99 printer in a ``cupy.ElementwiseKernel``
+``python-numpy``   vectorised (``numpy.where`` for Piecewise, ``numpy.maximum`` for Max)
+``python-numba``   ``numba.njit(parallel=True, cache=True)`` loop over the flattened arrays
+``python-cuda``    ``numba.cuda.jit`` kernel, one thread per element (also the CUDA simulator)
+``cuda-c``         CUDA C (C99 printer) ``extern "C" __global__ void kernel(..., long long n)``
+
+:func:`activation_kernel_source` is the generator of the kernel family
+:data:`transformer_limits.numeric.kernel_family.ELEMENTWISE_ACTIVATION` (phi and phi' of a named
+activation, loaded without SymPy by
+:func:`transformer_limits.numeric.elementwise.elementwise_activation`); :func:`elementwise_kernel`
+compiles arbitrary expressions through the same template and runner.
 
 >>> import sympy as sp, numpy as np
 >>> x = sp.Symbol("x", real=True)
@@ -18,24 +25,31 @@ codegen pipeline and the one activations (ReLU, tanh, SiLU, ...) and their deriv
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
-import numpy as np
 import sympy as sp
 
 from transformer_limits import kernel_cache
+from transformer_limits.numeric.elementwise import ElementwiseKernel
+from transformer_limits.numeric.kernel_family import ELEMENTWISE_ACTIVATION, load_source
 from transformer_limits.symbolic.codegen import code_block, indent, source_key
+from transformer_limits.symbolic.mlp_kernel import activation as activation_law
+from transformer_limits.symbolic.mlp_kernel import x_sym
 
-__all__ = ["elementwise_kernel", "elementwise_source"]
+__all__ = ["elementwise_kernel", "elementwise_source", "activation_kernel_source"]
 
-_FLAVOUR = {"numpy": "numpy", "numba": "numba", "numba-cuda": "cuda", "numba-cuda-sim": "cuda",
-            "cupy": "c"}
+FLAVOURS = ELEMENTWISE_ACTIVATION.flavours  # flavour -> file suffix
+_PRINTER = {"python-numpy": "numpy", "python-numba": "scalar", "python-cuda": "scalar", "cuda-c": "c"}
 
 
 def elementwise_source(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbol], flavour: str) -> str:
-    """Readable source of an elementwise kernel ``kernel(in_0, ..., out_0, ...)`` (or CUDA C body)."""
+    """Readable source of the elementwise kernel ``kernel(IN_..., OUT_...)`` in one flavour."""
+    if flavour not in FLAVOURS:
+        raise ValueError(f"unknown kernel flavour {flavour!r} (known: {', '.join(FLAVOURS)})")
     names_in = [str(s) for s in inputs]
     names_out = list(outputs)
+    if not names_in:
+        raise ValueError("inputs must name at least one symbol")
     if set(names_in) & set(names_out):
         raise ValueError("input and output names must differ")
     free = set().union(*(sp.sympify(e).free_symbols for e in outputs.values())) - set(inputs)
@@ -43,79 +57,56 @@ def elementwise_source(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbo
         raise ValueError(f"outputs depend on symbols that are not inputs: {sorted(map(str, free))}")
     block = code_block(outputs, prefix="e")
     args = ", ".join([f"IN_{n}" for n in names_in] + [f"OUT_{n}" for n in names_out])
-    if flavour == "numpy":
-        body = ([f"{n} = IN_{n}" for n in names_in] + block.lines("numpy")
+    if flavour == "python-numpy":
+        # SymPy's NumPy printer leaves erf as math.erf (scalar only): use the vectorised ufunc
+        body = ([f"{n} = IN_{n}" for n in names_in]
+                + [s.replace("math.erf(", "scipy.special.erf(") for s in block.lines("numpy")]
                 + [f"OUT_{n}[...] = {n}" for n in names_out])
-        return "\n".join(["import numpy", "", "", f"def kernel({args}):", indent(body, 1), ""])
+        return "\n".join(["import math", "", "import numpy", "import scipy.special", "", "",
+                          f"def kernel({args}):", indent(body, 1), ""])
     loads = [f"{n} = IN_{n}[i]" for n in names_in]
     stores = [f"OUT_{n}[i] = {n}" for n in names_out]
-    if flavour == "numba":
+    if flavour == "python-numba":
         return "\n".join(["import math", "", "import numba", "", "",
                           "@numba.njit(parallel=True, cache=True)", f"def kernel({args}):",
                           f"    for i in numba.prange(IN_{names_in[0]}.shape[0]):",
                           indent(loads + block.lines("scalar") + stores, 2), ""])
-    if flavour == "cuda":
+    if flavour == "python-cuda":
         return "\n".join(["import math", "", "from numba import cuda", "", "", "@cuda.jit",
                           f"def kernel({args}):", "    i = cuda.grid(1)",
                           f"    if i < IN_{names_in[0]}.shape[0]:",
                           indent(loads + block.lines("scalar") + stores, 2), ""])
-    if flavour == "c":
-        return "\n".join(block.lines("c", declare="const double ")
-                         + [f"OUT_{n} = {n};" for n in names_out])
-    raise ValueError(f"unknown flavour {flavour!r}")
+    params = ", ".join([f"const double* __restrict__ IN_{n}" for n in names_in]
+                       + [f"double* __restrict__ OUT_{n}" for n in names_out] + ["const long long n"])
+    body = (["const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;", "if (i >= n) return;"]
+            + [f"const double {n} = IN_{n}[i];" for n in names_in]
+            + block.lines("c", declare="const double ") + [f"OUT_{n}[i] = {n};" for n in names_out])
+    return "\n".join([f'extern "C" __global__ void kernel({params})', "{", indent(body, 1), "}", ""])
+
+
+def _keyed_source(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbol], flavour: str,
+                  stem: str) -> tuple[str, str]:
+    source = elementwise_source(outputs, inputs, flavour)
+    key = source_key([sp.srepr(tuple(outputs.items()))], _PRINTER[flavour], source)
+    return f"{stem}_{key}{FLAVOURS[flavour]}", source
+
+
+def activation_kernel_source(activation: str, flavour: str) -> tuple[str, str]:
+    """(file name, source) of ``kernel(IN_x, OUT_phi, OUT_dphi)``: phi and phi' of the named activation
+    (:func:`transformer_limits.symbolic.mlp_kernel.activation`; ReLU's phi' = Heaviside with H(0) = 1/2)."""
+    act = activation_law(activation)
+    outputs = {"phi": act.expr, "dphi": act.derivative}
+    return _keyed_source(outputs, [x_sym], flavour, f"elementwise_{activation}_{flavour.replace('-', '_')}")
 
 
 def elementwise_kernel(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbol],
-                       backend: str = "numpy") -> Callable[..., dict[str, np.ndarray]]:
+                       backend: str = "numpy") -> ElementwiseKernel:
     """Compile ``outputs`` (name -> expression in ``inputs``) for ``backend``.
 
     The returned function takes one array per input (same shape) and returns a dict name -> array.
     The source is written to the kernel cache (readable; Numba caches its compiled code there).
     """
-    if backend not in _FLAVOUR:
-        raise ValueError(f"unknown backend {backend!r} (known: {', '.join(_FLAVOUR)})")
-    if not inputs:
-        raise ValueError("inputs must name at least one symbol")
-    flavour = _FLAVOUR[backend]
-    source = elementwise_source(outputs, inputs, flavour)
-    names_in, names_out = [str(s) for s in inputs], list(outputs)
-    key = source_key([sp.srepr(tuple(outputs.items()))], flavour, source)
-    if flavour == "c":
-        import cupy
-
-        ck = cupy.ElementwiseKernel(", ".join(f"float64 IN_{n}" for n in names_in),
-                                    ", ".join(f"float64 OUT_{n}" for n in names_out),
-                                    source, f"tl_elementwise_{key}")
-
-        def run_cupy(*arrays):
-            ins = [cupy.asarray(a, dtype=cupy.float64) for a in arrays]
-            outs = ck(*ins)
-            outs = outs if isinstance(outs, tuple) else (outs,)
-            return {n: cupy.asnumpy(o) for n, o in zip(names_out, outs)}
-
-        return run_cupy
-    path = kernel_cache.write_source("elementwise", key, source, ".py")
-    fn = kernel_cache.load_python_source(path).kernel
-
-    def run(*arrays):
-        if len(arrays) != len(names_in):
-            raise ValueError(f"expected {len(names_in)} input arrays ({', '.join(names_in)}), got {len(arrays)}")
-        arrs = [np.ascontiguousarray(a, dtype=np.float64) for a in arrays]
-        shape = arrs[0].shape
-        if any(a.shape != shape for a in arrs):
-            raise ValueError("input arrays must have the same shape")
-        flat = [a.reshape(-1) for a in arrs]
-        outs = [np.empty(flat[0].shape) for _ in names_out]
-        if flavour == "cuda":
-            from numba import cuda
-
-            d_in = [cuda.to_device(a) for a in flat]
-            d_out = [cuda.device_array_like(o) for o in outs]
-            n = flat[0].shape[0]
-            fn[max(1, (n + 127) // 128), 128](*d_in, *d_out)
-            outs = [o.copy_to_host() for o in d_out]
-        else:
-            fn(*flat, *outs)
-        return {name: o.reshape(shape) for name, o in zip(names_out, outs)}
-
-    return run
+    flavour = ELEMENTWISE_ACTIVATION.resolve(backend).flavour
+    filename, source = _keyed_source(outputs, inputs, flavour, "elementwise")
+    module = load_source(kernel_cache.write_source(filename, source), flavour)
+    return ElementwiseKernel(module, backend, [str(s) for s in inputs], list(outputs))

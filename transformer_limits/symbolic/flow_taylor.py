@@ -29,8 +29,8 @@ derivative d_mu^2 A(x)(z, z') = grad_{z'} of the flat derivative of mu -> d_mu A
 decided by :func:`~transformer_limits.symbolic.attention.prove_identity` (exponentials named, exact
 rational evaluation at random points).  Dropping the Lions term from DF must break the identity.
 
-Numerical second-order terms (``jet_pieces``, loop template in
-:mod:`transformer_limits.symbolic.flow_taylor_kernels`): along the linear path x(s) = x + s dx,
+Numerical second-order terms (``jet_pieces`` in :mod:`transformer_limits.symbolic.template_pieces`,
+loop template in :mod:`transformer_limits.symbolic.flow_taylor_kernels`): along the linear path x(s) = x + s dx,
 y_j(s) = y_j + s dy_j the softmax weights p_j = w_j e^{l_j}/Z have the jet
 
     l_j(s) = <Q x(s), K y_j(s)> = l + s l1 + s^2/2 l2,        c_j = l1_j - sum_k p_k l1_k,
@@ -58,8 +58,10 @@ from transformer_limits.symbolic.attention import (
     prove_identity,
 )
 from transformer_limits.symbolic.derivation import Derivation, Param, register_derivation
+from transformer_limits.symbolic.flow_taylor_kernels import jet_kernel_source
+from transformer_limits.symbolic.template_pieces import jet_pieces
 
-__all__ = ["JetPieces", "jet_pieces", "lie_series", "block_coefficients", "attention_jet"]
+__all__ = ["lie_series", "block_coefficients", "attention_jet"]
 
 _PARAMS = (
     Param("order", int, 3, "highest order k of the block expansion (1..3)", low=1, high=3),
@@ -216,51 +218,6 @@ def block_coefficients(s: AttentionSymbols, order: int, *, lions: bool = True) -
 
 
 # --------------------------------------------------------------------------- jet pieces (kernels)
-@dataclass(frozen=True)
-class JetPieces:
-    """Scalar expressions for the second-order attention jet along a linear path.
-
-    Symbols: x_a, dx_a (query and its direction), y_a, dy_a (atom and its direction), Q_a_b, K_a_b,
-    V_a_b; q_b, qd_b, k_b, kd_b, v_c, vd_c features; p (softmax weight incl. the atom weight),
-    lc = l1 - m1 (centred logit rate), e2 = l2 - m2 - s2.
-    """
-
-    d: int
-    d_k: int
-    d_v: int
-    query: dict[str, sp.Expr]      # q_b = (Q x)_b, qd_b = (Q dx)_b
-    key: dict[str, sp.Expr]        # k_b, kd_b, v_c = (V y)_c, vd_c = (V dy)_c
-    logit: dict[str, sp.Expr]      # logit, logit1, logit2 (s-derivatives of <q(s), k(s)> at 0)
-    moments: dict[str, sp.Expr]    # mom1 = p logit1, mom2 = p logit2
-    spread: dict[str, sp.Expr]     # spread = p lc^2
-    jet: dict[str, sp.Expr]        # jet0_c, jet1_c, jet2_c (summed over atoms: A, A', A'')
-
-
-@lru_cache(maxsize=32)
-def jet_pieces(d: int, d_k: int, d_v: int) -> JetPieces:
-    s = attention_symbols(d, d_k, d_v, 1)
-    x, dx, y, dy = _vec("x", d), _vec("dx", d), _vec("y", d), _vec("dy", d)
-    q, qd, k, kd = (_syms(n, d_k) for n in ("q", "qd", "k", "kd"))
-    v, vd = _syms("v", d_v), _syms("vd", d_v)
-    p, t = sp.Symbol("p", positive=True), sp.Symbol("t")
-    lc, e2 = sp.Symbol("lc", real=True), sp.Symbol("e2", real=True)
-    path = sum((qb + t * qdb) * (kb + t * kdb) for qb, qdb, kb, kdb in zip(q, qd, k, kd))
-    logit = {f"logit{m or ''}": sp.expand(path.diff(t, m).subs(t, 0)) for m in range(3)}
-    l1, l2 = sp.Symbol("logit1", real=True), sp.Symbol("logit2", real=True)
-    jet = {}
-    for c in range(d_v):
-        jet[f"jet0_{c}"] = p * v[c]
-        jet[f"jet1_{c}"] = p * (lc * v[c] + vd[c])
-        jet[f"jet2_{c}"] = p * ((lc**2 + e2) * v[c] + 2 * lc * vd[c])
-    key = {f"k_{b}": (s.K * y)[b] for b in range(d_k)} | {f"kd_{b}": (s.K * dy)[b] for b in range(d_k)}
-    key |= {f"v_{c}": (s.V * y)[c] for c in range(d_v)} | {f"vd_{c}": (s.V * dy)[c] for c in range(d_v)}
-    return JetPieces(
-        d=d, d_k=d_k, d_v=d_v,
-        query={f"q_{b}": (s.Q * x)[b] for b in range(d_k)} | {f"qd_{b}": (s.Q * dx)[b] for b in range(d_k)},
-        key=key, logit=logit, moments={"mom1": p * l1, "mom2": p * l2}, spread={"spread": p * lc**2}, jet=jet,
-    )
-
-
 def attention_jet(s: AttentionSymbols, dx: sp.Matrix, dys) -> tuple[sp.Matrix, sp.Matrix, sp.Matrix]:
     """(A, A', A'') along x + t dx, y_j + t dy_j assembled from :func:`jet_pieces` exactly as the
     loop template does (softmax over the atoms of ``s`` with weights ``s.ws``)."""
@@ -357,8 +314,6 @@ def _flow_taylor(order: int, d: int, d_k: int, n_particles: int) -> Derivation:
     checks.append("Numerically: remainders of the order-k expansion against an RK4 reference flow shrink at "
                   "rate k + 1 for k = 1, 2, 3; without the Lions term or with the wrong 1/2 factor they do not "
                   "(tests/test_flow_taylor.py).")
-    from transformer_limits.symbolic.flow_taylor_kernels import jet_kernel_source  # imports this module
-
     filename, source = jet_kernel_source(d, d_k, d)
     expressions = {f"coefficient_{k + 1}": _name_exponentials(s, sp.Matrix.vstack(*coeffs[k]))
                    for k in range(order)}

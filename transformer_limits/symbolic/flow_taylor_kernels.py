@@ -1,6 +1,6 @@
 """Loop template for the second-order attention jet (flow-map Taylor blocks), generated code inside.
 
-The scalar formulas come from :func:`transformer_limits.symbolic.flow_taylor.jet_pieces` (checked
+The scalar formulas come from :func:`transformer_limits.symbolic.template_pieces.jet_pieces` (checked
 against SymPy's path derivatives by the ``flow-taylor`` derivation); this module only places them in a
 vectorised NumPy kernel (flavour ``python-numpy``; pairs (i, j) by broadcasting, nothing larger than
 (N, M) stored):
@@ -18,20 +18,14 @@ outputs (N, d_v) each.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from transformer_limits import kernel_cache
+from transformer_limits.numeric.kernel_family import FLOW_TAYLOR_JET
 from transformer_limits.symbolic.codegen import code_block, indent, source_key
-from transformer_limits.symbolic.flow_taylor import jet_pieces
+from transformer_limits.symbolic.template_pieces import jet_pieces
 
-__all__ = ["JET_FLAVOURS", "jet_kernel_source", "jet_kernel_spec", "write_jet_kernel"]
+__all__ = ["jet_kernel_source"]
 
-JET_FLAVOURS = {"python-numpy": ".py"}
+JET_FLAVOURS = FLOW_TAYLOR_JET.flavours  # flavour -> file suffix (kernel family FLOW_TAYLOR_JET)
 _GROUPS = ("query", "key", "logit", "moments", "spread", "jet")
-
-
-def jet_kernel_spec(d: int, d_k: int, d_v: int, flavour: str = "python-numpy") -> str:
-    return kernel_cache.kernel_spec("flow-taylor-jet", d=d, d_k=d_k, d_v=d_v, flavour=flavour)
 
 
 def _source_numpy(d: int, d_k: int, d_v: int):
@@ -83,10 +77,3 @@ def jet_kernel_source(d: int, d_k: int, d_v: int, flavour: str = "python-numpy")
     """(file name, source) of the jet kernel for one flavour."""
     stem, key, source = _jet_kernel(d, d_k, d_v, flavour)
     return f"{stem}_{key}{JET_FLAVOURS[flavour]}", source
-
-
-def write_jet_kernel(d: int, d_k: int, d_v: int, flavour: str = "python-numpy") -> Path:
-    """Generate, store in the kernel cache and index the jet kernel; return its path."""
-    path = kernel_cache.write_source(*_jet_kernel(d, d_k, d_v, flavour), JET_FLAVOURS[flavour])
-    kernel_cache.record_source(jet_kernel_spec(d, d_k, d_v, flavour), path)
-    return path

@@ -2,7 +2,9 @@
 
 The scalar formulas come from SymPy: the activation φ (:func:`transformer_limits.symbolic.mlp_kernel.
 activation`) and, for ReLU, the arc-cosine closed form ``k(ρ)`` (docs/theory.md §B.2).  This module only
-decides where they run (one source file per flavour, stored in the kernel cache):
+decides where they run (one source file per flavour; the kernel family
+:data:`transformer_limits.numeric.kernel_family.MLP_FIELD` declares them and stores them in the kernel
+cache):
 
 ``python-numpy``  vectorised NumPy (the reference);
 ``python-numba``  GEMMs through BLAS (``numpy.dot`` in ``numba.njit``), then the generated activation /
@@ -22,11 +24,9 @@ by the Mehler series ``σ_W² + Σ_j coef_j ρ^j`` (Horner), ``coef_j = (E[φ(sZ
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import sympy as sp
 
-from transformer_limits import kernel_cache
+from transformer_limits.numeric.kernel_family import MLP_FIELD
 from transformer_limits.symbolic.codegen import code_block, indent, source_key
 from transformer_limits.symbolic.mlp_kernel import (
     ACTIVATIONS,
@@ -38,18 +38,10 @@ from transformer_limits.symbolic.mlp_kernel import (
     x_sym,
 )
 
-__all__ = ["FLAVOURS", "mlp_field_kernel_spec", "mlp_field_kernel_source", "write_mlp_field_kernel"]
+__all__ = ["mlp_field_kernel_source"]
 
-FLAVOURS = ("python-numpy", "python-numba")
+FLAVOURS = MLP_FIELD.flavours  # flavour -> file suffix
 _PRINTER = {"python-numpy": "numpy", "python-numba": "scalar"}
-
-
-#: bump when the templates below change (the cache index is keyed by spec + versions)
-TEMPLATE_VERSION = "3"
-
-
-def mlp_field_kernel_spec(activation_name: str, flavour: str) -> str:
-    return f"mlp-field-kernels:v{TEMPLATE_VERSION}:{activation_name}:{flavour}"
 
 
 def _relu_kernel_of_rho() -> sp.Expr:
@@ -140,8 +132,9 @@ def _source_numba(activation_name: str) -> str:
 _EMITTERS = {"python-numpy": _source_numpy, "python-numba": _source_numba}
 
 
-def mlp_field_kernel_source(activation_name: str, flavour: str) -> tuple[str, str]:
+def mlp_field_kernel_source(activation: str, flavour: str) -> tuple[str, str]:
     """(file name, source) of the MLP-field kernels for one activation and flavour."""
+    activation_name = activation
     if activation_name not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}; got {activation_name!r}")
     if flavour not in FLAVOURS:
@@ -150,13 +143,4 @@ def mlp_field_kernel_source(activation_name: str, flavour: str) -> tuple[str, st
     source = "\n".join(_header(activation_name, flavour)) + "\n" + body
     fingerprints = [b.fingerprint() for b in _blocks(activation_name) if b is not None]
     key = source_key(fingerprints, _PRINTER[flavour], body)
-    return f"mlp_field_{activation_name}_{flavour.replace('-', '_')}_{key}.py", source
-
-
-def write_mlp_field_kernel(activation_name: str, flavour: str) -> Path:
-    """Generate, store in the kernel cache and index one flavour; return its path."""
-    filename, source = mlp_field_kernel_source(activation_name, flavour)
-    stem, _, rest = filename.rpartition("_")
-    path = kernel_cache.write_source(stem, rest.split(".")[0], source, ".py")
-    kernel_cache.record_source(mlp_field_kernel_spec(activation_name, flavour), path)
-    return path
+    return f"mlp_field_{activation_name}_{flavour.replace('-', '_')}_{key}{FLAVOURS[flavour]}", source

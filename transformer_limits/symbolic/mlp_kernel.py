@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import Any, Callable
 
 import mpmath
 import sympy as sp
@@ -73,8 +74,8 @@ class Activation:
     name: str
     expr: sp.Expr
     derivative: sp.Expr
-    phi: object
-    dphi: object
+    phi: Callable[[Any], Any]
+    dphi: Callable[[Any], Any]
     kinks: tuple[float, ...]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
-from transformer_limits.verify.rate_fit import PowerLawFit, fit_power_law
+from transformer_limits.verify.stats.power_law import PowerLawFit, fit_power_law
 from transformer_limits.verify.verdicts import Check, exponent_equals, rate_at_least, slope_zero
 
 __all__ = ["assert_rate", "format_rate_table"]
@@ -92,7 +92,7 @@ def assert_rate(
     (:func:`~transformer_limits.verify.verdicts.exponent_equals` with ``tolerance``, two-sided) or
     ``"zero"`` (:func:`~transformer_limits.verify.verdicts.slope_zero`; ``claim`` is ignored, may be 0).
     The check fails a true claim with probability ≤ ``alpha``.  ``fit_options`` go to
-    :func:`~transformer_limits.verify.rate_fit.fit_power_law` (``noise_floor``, ``window``, ``n_boot``,
+    :func:`~transformer_limits.verify.stats.power_law.fit_power_law` (``noise_floor``, ``window``, ``n_boot``,
     ``seed``, ``method``, ``resample``, ``aggregate``, window rules).
 
     Returns the passing :class:`Check`; raises ``AssertionError`` with a table when it fails.

@@ -33,9 +33,8 @@ Grammar (whitespace or ``*`` multiplies, ``/`` divides, ``^`` or ``**`` raises):
   term's coefficient name; terms without one are named ``C1``, ``C2``, ... in order.
 
 Input limits (refused with a ``ValueError`` naming the token and position, never a ``RecursionError``
-or ``OverflowError``): at most :data:`MAX_CLAIM_LENGTH` characters, parentheses nested at most
-:data:`MAX_NESTING` deep, number tokens of at most 24 characters with a decimal exponent of at most 24
-(``1e999`` is refused), and exponents with ``|q| <=`` :data:`MAX_ABS_EXPONENT` and denominator ≤ 10⁴.
+or ``OverflowError``): the claim length, parenthesis nesting, number tokens and exponents are bounded
+as stated in :mod:`~transformer_limits.verify.rate_claim_grammar` (the tokeniser and parser).
 
 ``str(claim)`` writes the canonical form (``C1 L^-1 + C2 L^-1/3 H^-1/2``), which parses back to an
 equal claim; :meth:`RateClaim.latex` writes LaTeX.
@@ -50,6 +49,16 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from transformer_limits.verify.rate_claim_grammar import (
+    IDENT,
+    MAX_ABS_EXPONENT,
+    MAX_DENOMINATOR,
+    MAX_NUMBER_CHARS,
+    RESERVED,
+    ClaimParser,
+    format_power,
+)
+
 __all__ = [
     "ERROR_FUNCTIONALS",
     "RateTerm",
@@ -63,55 +72,32 @@ __all__ = [
 #: ``sup-inputs``: sup over a compact set of inputs of a pathwise error.
 ERROR_FUNCTIONALS = ("strong", "pathwise", "weak", "sup-inputs")
 
-_COEFFICIENT_NAME = re.compile(r"[Cc](_?\w*)?\Z")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_RESERVED = {"log", "ln", "sqrt"}
-_MAX_DENOMINATOR = 10_000
-
-# Input limits (issue 11): claims are short human-written formulas, so anything beyond these is a
-# mistake or an attack, refused with a ValueError before it can exhaust the stack or memory.
-#: longest claim text (characters)
-MAX_CLAIM_LENGTH = 2_000
-#: deepest parenthesis nesting (the parser is recursive-descent: depth bounds its recursion)
-MAX_NESTING = 32
-#: largest |exponent| of a parameter or log factor in a term (rates in the papers have |q| <= 2)
-MAX_ABS_EXPONENT = 100
-#: most characters in a number token; its decimal exponent (``1e5``) is bounded by the same count,
-#: so ``1e999`` (or ``1e999999999``, which would build a 10^9-digit integer) is refused up front
-_MAX_NUMBER_CHARS = 24
-_NUMBER_PARTS = re.compile(r"(?P<mantissa>\d*\.?\d*)(?:[eE](?P<exp>[+-]?\d+))?\Z")
-
-
 def _as_fraction(value: Any, what: str) -> Fraction:
     """Exact rational for an exponent given as int, float, str or Fraction."""
     if isinstance(value, Fraction):
         return value
-    if isinstance(value, str) and len(value) > _MAX_NUMBER_CHARS:
-        raise ValueError(f"{what} must be a short rational number (at most {_MAX_NUMBER_CHARS} characters), "
-                         f"got {value[:_MAX_NUMBER_CHARS]!r}...")
+    if isinstance(value, str) and len(value) > MAX_NUMBER_CHARS:
+        raise ValueError(f"{what} must be a short rational number (at most {MAX_NUMBER_CHARS} characters), "
+                         f"got {value[:MAX_NUMBER_CHARS]!r}...")
     try:
         if isinstance(value, float):
             if not np.isfinite(value):
                 raise ValueError
-            return Fraction(value).limit_denominator(_MAX_DENOMINATOR)
+            return Fraction(value).limit_denominator(MAX_DENOMINATOR)
         return Fraction(value)
     except (TypeError, ValueError, ZeroDivisionError):
         raise ValueError(f"{what} must be a finite rational number, got {value!r}") from None
 
 
-def _format_power(value: Fraction) -> str:
-    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
-
-
 def _clean_powers(powers: Mapping[str, Any] | None, what: str) -> dict[str, Fraction]:
     out: dict[str, Fraction] = {}
     for name, value in (powers or {}).items():
-        if not isinstance(name, str) or not _IDENT.match(name) or name in _RESERVED:
+        if not isinstance(name, str) or not IDENT.match(name) or name in RESERVED:
             raise ValueError(f"{what}: {name!r} is not a valid parameter name")
         q = _as_fraction(value, f"{what}[{name!r}]")
-        if abs(q) > MAX_ABS_EXPONENT or q.denominator > _MAX_DENOMINATOR:
-            raise ValueError(f"{what}[{name!r}] = {_format_power(q)} is outside the stated limits "
-                             f"(|exponent| <= {MAX_ABS_EXPONENT}, denominator <= {_MAX_DENOMINATOR})")
+        if abs(q) > MAX_ABS_EXPONENT or q.denominator > MAX_DENOMINATOR:
+            raise ValueError(f"{what}[{name!r}] = {format_power(q)} is outside the stated limits "
+                             f"(|exponent| <= {MAX_ABS_EXPONENT}, denominator <= {MAX_DENOMINATOR})")
         if q != 0:
             out[name] = q
     return out
@@ -133,7 +119,7 @@ class RateTerm:
     log_powers: Mapping[str, Fraction] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.coefficient, str) or not _IDENT.match(self.coefficient):
+        if not isinstance(self.coefficient, str) or not IDENT.match(self.coefficient):
             raise ValueError(f"coefficient must be an identifier, got {self.coefficient!r}")
         object.__setattr__(self, "exponents", _clean_powers(self.exponents, "exponents"))
         object.__setattr__(self, "log_powers", _clean_powers(self.log_powers, "log_powers"))
@@ -172,11 +158,11 @@ class RateTerm:
     def monomial(self) -> str:
         """Canonical text of the monomial without coefficient, e.g. ``log(L) L^-1`` or ``1``."""
         parts = [
-            "log(%s)" % name if power == 1 else "log(%s)^%s" % (name, _format_power(power))
+            "log(%s)" % name if power == 1 else "log(%s)^%s" % (name, format_power(power))
             for name, power in self.log_powers.items()
         ]
         parts += [
-            name if power == 1 else f"{name}^{_format_power(power)}"
+            name if power == 1 else f"{name}^{format_power(power)}"
             for name, power in self.exponents.items()
         ]
         return " ".join(parts) if parts else "1"
@@ -191,10 +177,10 @@ class RateTerm:
         parts = []
         for name, power in self.log_powers.items():
             parts.append(r"\log %s" % _latex_name(name) if power == 1 else
-                         r"(\log %s)^{%s}" % (_latex_name(name), _format_power(power)))
+                         r"(\log %s)^{%s}" % (_latex_name(name), format_power(power)))
         for name, power in self.exponents.items():
             parts.append(_latex_name(name) if power == 1 else
-                         "%s^{%s}" % (_latex_name(name), _format_power(power)))
+                         "%s^{%s}" % (_latex_name(name), format_power(power)))
         return coef + (r"\, " + r"\, ".join(parts) if parts else "")
 
 
@@ -350,8 +336,8 @@ class RateClaim:
             "terms": [
                 {
                     "coefficient": t.coefficient,
-                    "exponents": {k: _format_power(v) for k, v in t.exponents.items()},
-                    "log_powers": {k: _format_power(v) for k, v in t.log_powers.items()},
+                    "exponents": {k: format_power(v) for k, v in t.exponents.items()},
+                    "log_powers": {k: format_power(v) for k, v in t.log_powers.items()},
                 }
                 for t in self.terms
             ],
@@ -359,233 +345,6 @@ class RateClaim:
             "test_function": self.test_function,
             "coupling": self.coupling,
         }
-
-
-# ------------------------------------------------------------------------------------------------
-# Parser
-# ------------------------------------------------------------------------------------------------
-
-_TOKEN = re.compile(
-    r"\s*(?:(?P<number>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+)"
-    r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
-    r"|(?P<op>\*\*|[\^*/+\-(){}]))"
-)
-
-
-class _Parser:
-    """Recursive-descent parser for rate-claim strings (see the module docstring)."""
-
-    def __init__(self, text: str, params: Sequence[str] | None) -> None:
-        if len(text) > MAX_CLAIM_LENGTH:
-            raise ValueError(f"rate claim {text[:40]!r}...: text is {len(text)} characters long, over the "
-                             f"stated limit of {MAX_CLAIM_LENGTH}")
-        self.text = text
-        self.params = None if params is None else set(params)
-        self.tokens: list[tuple[str, str, int]] = []
-        self.depth = 0
-        pos = 0
-        while pos < len(text):
-            if text[pos:].strip() == "":
-                break
-            m = _TOKEN.match(text, pos)
-            if m is None or m.end() == pos:
-                bad = text[pos:].lstrip()[:1]
-                at = pos + (len(text[pos:]) - len(text[pos:].lstrip()))
-                raise self.error(f"unexpected character {bad!r}", at)
-            kind = m.lastgroup
-            value = m.group(kind)
-            if kind == "number":
-                self.check_number(value, m.start(kind))
-            self.tokens.append((kind, "^" if value == "**" else value, m.start(kind)))
-            pos = m.end()
-        self.i = 0
-
-    def check_number(self, value: str, position: int) -> None:
-        """Refuse number tokens too long or with too large a decimal exponent (``1e999``) before
-        ``Fraction`` expands them."""
-        parts = _NUMBER_PARTS.match(value)
-        exp = parts.group("exp") if parts else None
-        if len(value) > _MAX_NUMBER_CHARS or (exp is not None and abs(int(exp)) > _MAX_NUMBER_CHARS):
-            raise self.error(f"number {value[:_MAX_NUMBER_CHARS]!r} is too long or too large (at most "
-                             f"{_MAX_NUMBER_CHARS} characters and a decimal exponent of at most "
-                             f"{_MAX_NUMBER_CHARS})", position)
-
-    def error(self, message: str, position: int | None = None) -> ValueError:
-        if position is None:
-            position = self.tokens[self.i][2] if self.i < len(self.tokens) else len(self.text)
-        shown = self.text if len(self.text) <= 80 else self.text[:80] + "..."  # one short line
-        return ValueError(f"rate claim {shown!r}: {message} at position {position}")
-
-    def peek(self, offset: int = 0) -> tuple[str, str, int] | None:
-        j = self.i + offset
-        return self.tokens[j] if j < len(self.tokens) else None
-
-    def accept(self, value: str) -> bool:
-        tok = self.peek()
-        if tok is not None and tok[0] == "op" and tok[1] == value:
-            self.i += 1
-            return True
-        return False
-
-    def expect(self, value: str) -> None:
-        if not self.accept(value):
-            tok = self.peek()
-            found = "end of text" if tok is None else repr(tok[1])
-            raise self.error(f"expected {value!r}, found {found}")
-
-    # claim := term ('+' term)*
-    def claim(self) -> list[tuple[str | None, dict, dict]]:
-        if not self.tokens:
-            raise self.error("empty claim", 0)
-        terms = [self.term()]
-        while self.peek() is not None:
-            tok = self.peek()
-            if tok[1] == "-":
-                raise self.error("'-' between terms (the terms of a rate bound are non-negative; use '+')")
-            if tok[1] != "+":
-                raise self.error(f"unexpected token {tok[1]!r}")
-            self.i += 1
-            terms.append(self.term())
-        return terms
-
-    def is_coefficient(self, name: str) -> bool:
-        if name in _RESERVED:
-            return False
-        if self.params is not None:
-            return name not in self.params
-        return bool(_COEFFICIENT_NAME.match(name))
-
-    # term := [coefficient] product
-    def term(self) -> tuple[str | None, dict, dict]:
-        coefficient = None
-        tok = self.peek()
-        if tok is not None and tok[0] == "name" and self.is_coefficient(tok[1]):
-            nxt = self.peek(1)
-            if not (nxt is not None and nxt[1] == "("):
-                coefficient = tok[1]
-                self.i += 1
-                self.accept("*")
-                nxt = self.peek()
-                if nxt is None or nxt[1] == "+":
-                    return coefficient, {}, {}
-                if nxt[1] == "/":  # "C/m": the coefficient times 1/m
-                    exps, logs = self.product(first=({}, {}))
-                    return coefficient, exps, logs
-        exps, logs = self.product()
-        return coefficient, exps, logs
-
-    # product := factor (('*' | '/' | juxtaposition) factor)*
-    def product(self, first: tuple[dict, dict] | None = None) -> tuple[dict, dict]:
-        exps: dict[str, Fraction] = {}
-        logs: dict[str, Fraction] = {}
-        self._combine(exps, logs, self.factor() if first is None else first, 1)
-        while True:
-            tok = self.peek()
-            if tok is None or tok[1] in ("+", "-", ")"):
-                return exps, logs
-            sign = 1
-            if tok[1] == "/":
-                self.i += 1
-                sign = -1
-            elif tok[1] == "*":
-                self.i += 1
-            self._combine(exps, logs, self.factor(), sign)
-
-    @staticmethod
-    def _combine(exps: dict, logs: dict, factor: tuple[dict, dict], sign: int) -> None:
-        for target, source in zip((exps, logs), factor):
-            for name, power in source.items():
-                target[name] = target.get(name, Fraction(0)) + sign * power
-
-    # factor := atom ['^' exponent]
-    def factor(self) -> tuple[dict, dict]:
-        tok = self.peek()
-        if tok is None:
-            raise self.error("expected a factor, found end of text")
-        kind, value, pos = tok
-        if kind == "number":
-            if Fraction(value) != 1:
-                raise self.error(
-                    f"numeric constant {value!r} (constants are fitted: write a coefficient name like C1)", pos)
-            self.i += 1
-            exps, logs = {}, {}
-        elif kind == "name" and value in _RESERVED:
-            self.i += 1
-            self.expect("(")
-            arg = self.peek()
-            if arg is None or arg[0] != "name" or arg[1] in _RESERVED:
-                raise self.error(f"{value}(...) needs a parameter name")
-            self.i += 1
-            self.expect(")")
-            self.check_parameter(arg[1], arg[2])
-            if value == "sqrt":
-                exps, logs = {arg[1]: Fraction(1, 2)}, {}
-            else:
-                exps, logs = {}, {arg[1]: Fraction(1)}
-        elif kind == "name":
-            self.check_parameter(value, pos)
-            if self.is_coefficient(value):
-                raise self.error(
-                    f"coefficient name {value!r} inside a term (a coefficient may only lead its term)", pos)
-            self.i += 1
-            exps, logs = {value: Fraction(1)}, {}
-        elif value == "(":
-            if self.depth >= MAX_NESTING:
-                raise self.error(f"parentheses nested deeper than the stated limit of {MAX_NESTING}", pos)
-            self.i += 1
-            self.depth += 1
-            exps, logs = self.product()
-            self.expect(")")
-            self.depth -= 1
-        else:
-            raise self.error(f"unexpected token {value!r}", pos)
-        if self.accept("^"):
-            at = self.peek()
-            power = self.exponent()
-            if abs(power) > MAX_ABS_EXPONENT or power.denominator > _MAX_DENOMINATOR:
-                raise self.error(f"exponent {_format_power(power)} is outside the stated limits "
-                                 f"(|exponent| <= {MAX_ABS_EXPONENT}, denominator <= {_MAX_DENOMINATOR})",
-                                 None if at is None else at[2])
-            exps = {k: v * power for k, v in exps.items()}
-            logs = {k: v * power for k, v in logs.items()}
-        return exps, logs
-
-    def check_parameter(self, name: str, pos: int) -> None:
-        if self.params is not None and name not in self.params:
-            raise self.error(f"unknown parameter {name!r} (params are {sorted(self.params)})", pos)
-
-    # exponent := signed-ratio | '(' signed-ratio ')' | '{' signed-ratio '}'
-    def exponent(self) -> Fraction:
-        for open_, close in (("(", ")"), ("{", "}")):
-            if self.accept(open_):
-                value = self.signed_ratio()
-                self.expect(close)
-                return value
-        return self.signed_ratio()
-
-    def signed_ratio(self) -> Fraction:
-        sign = 1
-        if self.accept("-"):
-            sign = -1
-        elif self.accept("+"):
-            pass
-        value = self.number()
-        nxt, after = self.peek(), self.peek(1)
-        if nxt is not None and nxt[1] == "/" and after is not None and after[0] == "number":
-            self.i += 1
-            den = self.number()
-            if den == 0:
-                raise self.error("zero denominator in exponent", after[2])
-            value = value / den
-        return sign * value
-
-    def number(self) -> Fraction:
-        tok = self.peek()
-        if tok is None or tok[0] != "number":
-            found = "end of text" if tok is None else repr(tok[1])
-            raise self.error(f"expected a number in the exponent, found {found}")
-        self.i += 1
-        return Fraction(tok[1])
 
 
 def parse_rate_claim(
@@ -605,7 +364,7 @@ def parse_rate_claim(
     """
     if not isinstance(text, str):
         raise ValueError(f"text must be a string, got {type(text).__name__}")
-    raw = _Parser(text, params).claim()
+    raw = ClaimParser(text, params).claim()
     taken = {c for c, _, _ in raw if c is not None}
     counter = 0
     terms = []

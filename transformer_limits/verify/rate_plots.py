@@ -10,14 +10,14 @@ tokens N; smallest p for step sizes h).  The result is a
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from transformer_limits.verify.experiment import Figure
-from transformer_limits.verify.rate_fit import PowerLawFit
+from transformer_limits.verify.figures import figure_png
+from transformer_limits.verify.stats.power_law import PowerLawFit
 
 __all__ = ["RateSeries", "grid_heatmap", "rate_figure"]
 
@@ -28,7 +28,7 @@ _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#
 class RateSeries:
     """Errors ``(n_levels, n_seeds)`` at refinement levels ``params`` ``(n_levels,)``.
 
-    ``fit``: a :func:`~transformer_limits.verify.rate_fit.fit_power_law` result on the same data
+    ``fit``: a :func:`~transformer_limits.verify.stats.power_law.fit_power_law` result on the same data
     (drawn over its window, CI in the legend); ``claimed_exponent``: slope of the claimed line;
     ``finest``: ``"max"`` (largest p is the finest level) or ``"min"`` (e.g. step sizes);
     ``replicates``: what the columns of ``errors`` are, for the legend ("seeds", "cases").
@@ -98,9 +98,7 @@ def rate_figure(name: str, caption: str, series: Sequence[RateSeries], *, xlabel
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return Figure(name=name, png=buf.getvalue(), caption=caption)
+    return Figure(name=name, png=figure_png(fig), caption=caption)
 
 
 def grid_heatmap(name: str, caption: str, values: np.ndarray, rows: Sequence[float], cols: Sequence[float], *,
@@ -131,6 +129,4 @@ def grid_heatmap(name: str, caption: str, values: np.ndarray, rows: Sequence[flo
     ax.set_ylabel(row_label)
     fig.colorbar(image, ax=ax, label=value_label)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return Figure(name=name, png=buf.getvalue(), caption=caption)
+    return Figure(name=name, png=figure_png(fig), caption=caption)

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from transformer_limits.atomic_write import replaced_directory, staged_directory
+from transformer_limits.jsonable import jsonable
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
-from transformer_limits.verify.sweep import canonical_json
-from transformer_limits.verify.verdicts import _jsonable
+from transformer_limits.verify.sweeps import canonical_json
 
 __all__ = [
     "RESULTS_SCHEMA_VERSION",
@@ -126,7 +126,7 @@ def results_payload(result: ExperimentResult, experiment: Experiment, config: Ex
         "data": result.data,
         "provenance": _provenance(result, experiment, config),
     }
-    return _jsonable(payload)
+    return jsonable(payload)
 
 
 def _dumps(payload: Any) -> str:
@@ -438,7 +438,7 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
             "results": f"{exp.name}/results.json",
         })
     env = environment()
-    summary = _jsonable({
+    summary = jsonable({
         "schema_version": RESULTS_SCHEMA_VERSION, "profile": profile,
         "status": ("error" if any(e["status"] == "error" for e in entries)
                    else "pass" if all(e["passed"] for e in entries) else "fail"),

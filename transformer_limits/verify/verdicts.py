@@ -15,7 +15,7 @@ slope_zero          |q| ≤ tol                   two-sided (1−α) CI misses [
 fit_adequate        the law fits within noise   F lack-of-fit p-value < α                        one
 ==================  ==========================  ==============================================  =========
 
-The intervals come from the fit (:mod:`transformer_limits.verify.rate_fit`).  The default for a
+The intervals come from the fit (:mod:`transformer_limits.verify.stats`).  The default for a
 power-law fit is ``"conservative"``: the union of the seed-bootstrap percentile interval and the OLS
 t-interval, so a check fails only when both methods reject and its false-failure rate is at most α
 whenever either method is valid.  ``method="percentile"``, ``"bca"`` or ``"t"`` select one.  Measured
@@ -33,8 +33,11 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from transformer_limits.jsonable import jsonable
 from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
-from transformer_limits.verify.rate_fit import MultiTermFit, PowerLawFit, _bca_constants
+from transformer_limits.verify.stats.estimate import one_sided_p_value
+from transformer_limits.verify.stats.multi_term import MultiTermFit
+from transformer_limits.verify.stats.power_law import PowerLawFit
 
 __all__ = [
     "Check",
@@ -46,21 +49,6 @@ __all__ = [
 ]
 
 DEFAULT_ALPHA = 0.01
-
-
-def _jsonable(value: Any) -> Any:
-    """Plain JSON types; ±inf and NaN become None."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    return value
 
 
 @dataclass
@@ -87,7 +75,7 @@ class Check:
         return float(self.statistics.get("alpha", float("nan")))
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(asdict(self))
+        return jsonable(asdict(self))  # ±inf and NaN become null
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), allow_nan=False, **kwargs)
@@ -134,41 +122,6 @@ def _base_statistics(fit: Any, alpha: float, sides: str, method: str, estimate: 
     return stats_
 
 
-def _one_sided_p_value(estimate: Any, null_value: float, method: str) -> float:
-    """Approximate p-value of H0: θ ≤ null_value (large θ̂ is evidence against it), for the same test
-    the bound of ``method`` decides: ``"t"`` the t tail, ``"percentile"`` the bootstrap fraction
-    ``F*(null) = P*(θ* ≤ null)``, ``"bca"`` the level whose BCa-adjusted quantile is F*(null),
-    ``"conservative"`` the larger of the two that exist (the union
-    interval rejects only when both do, so p < α exactly when the check fails, up to bootstrap ties)."""
-    if method == "conservative":
-        has_t = estimate.se is not None and estimate.dof is not None and estimate.dof >= 1
-        has_boot = estimate.bootstrap is not None and estimate.bootstrap.size >= 2
-        values = ([_one_sided_p_value(estimate, null_value, "t")] if has_t else []) + \
-                 ([_one_sided_p_value(estimate, null_value, "percentile")] if has_boot else [])
-        values = [v for v in values if not math.isnan(v)]
-        return max(values) if values else float("nan")
-    if method == "t":
-        if estimate.se is None or not estimate.dof or estimate.se == 0:
-            return float("nan")
-        center = math.log(estimate.value) if estimate.log_scale else estimate.value
-        null = math.log(null_value) if estimate.log_scale else null_value
-        return float(stats.t.sf((center - null) / estimate.se, estimate.dof))
-    boot = estimate.bootstrap
-    if boot is None:
-        return float("nan")
-    boot = boot[np.isfinite(boot)]
-    fraction = float(np.mean(boot <= null_value))
-    constants = None if method != "bca" or estimate.jackknife is None else \
-        _bca_constants(boot, estimate.value, estimate.jackknife)
-    if constants is None or not 0.0 < fraction < 1.0:
-        return fraction
-    # BCa: the lower bound at level p is the bootstrap quantile at Φ(z0 + (z0 + z_p)/(1 − a(z0 + z_p)));
-    # it equals the null where that level is F*(null), so invert the map for z_p.
-    z0, a = constants
-    w = float(stats.norm.ppf(fraction)) - z0
-    return float(stats.norm.cdf(w / (1.0 + a * w) - z0))
-
-
 def _claim_exponent(fit: PowerLawFit, claimed: float | str | RateClaim) -> tuple[float, str]:
     """The claimed exponent of ``fit.param`` and a text for the Check."""
     if isinstance(claimed, str):
@@ -213,7 +166,7 @@ def rate_at_least(fit: PowerLawFit, claimed_exponent: float | str | RateClaim, a
     passed = low <= q_claim
     st = _base_statistics(fit, alpha, "one-sided (lower bound of q)", method, fit.exponent)
     st.update(h0=f"q <= {q_claim:g}", margin=q_claim - low,
-              p_value=_one_sided_p_value(fit.exponent, q_claim, method))
+              p_value=one_sided_p_value(fit.exponent, q_claim, method))
     note = ("" if passed else
             f"decay significantly slower than claimed: q >= {low:.3g} > {q_claim:g} with confidence {1 - alpha:g}")
     return Check("rate_at_least", text, q_claim, fit.exponent.value, (low, high), passed, st, note)
@@ -285,7 +238,7 @@ def constant_below(fit: PowerLawFit | MultiTermFit, bound: float, alpha: float =
     passed = low <= bound
     st = _base_statistics(fit, alpha, f"one-sided (lower bound of {coefficient})", method, estimate)
     st.update(h0=f"{coefficient} <= {bound:g}", coefficient=coefficient,
-              p_value=_one_sided_p_value(estimate, float(bound), method))
+              p_value=one_sided_p_value(estimate, float(bound), method))
     note = "" if passed else f"{coefficient} >= {low:.3g} > bound {bound:g} with confidence {1 - alpha:g}"
     return Check("constant_below", f"{coefficient} <= {bound:g}", float(bound), estimate.value, (low, high),
                  passed, st, note)
@@ -293,7 +246,7 @@ def constant_below(fit: PowerLawFit | MultiTermFit, bound: float, alpha: float =
 
 def fit_adequate(fit: PowerLawFit | MultiTermFit, alpha: float = DEFAULT_ALPHA) -> Check:
     """"The fitted law describes the data within seed noise": lack-of-fit F test of the log residuals
-    against the pooled seed noise (see :class:`~transformer_limits.verify.rate_fit.FitQuality`).
+    against the pooled seed noise (see :class:`~transformer_limits.verify.stats.fit_quality.FitQuality`).
 
     Fails when the p-value is below α — a missing term in a multi-term claim, a wrong exponent, or
     pre-asymptotic / plateau levels inside the window.  False-failure rate ≈ α (F approximation for

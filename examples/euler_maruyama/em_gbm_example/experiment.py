@@ -42,16 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from transformer_limits.verify.experiment import (
-    Experiment,
-    ExperimentConfig,
-    ExperimentResult,
-    jsonable_settings,
-    register_experiment,
-    run_points,
-)
+from transformer_limits.verify.check_spec import CheckSpec
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.running import jsonable_settings, run_points
 from transformer_limits.verify.rate_claims import parse_rate_claim
-from transformer_limits.verify.rate_fit import fit_power_law
+from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
 from transformer_limits.verify.verdicts import exponent_equals
 
@@ -138,7 +134,8 @@ def run_buggy_scheme(config: ExperimentConfig) -> ExperimentResult:
     return run(config, scheme="buggy-dw-times-h", name="em-gbm-buggy-scheme")
 
 
-_COMMON = dict(paper="Higham 2001", derivations=(), check_names=("strong_order",),
+_COMMON = dict(paper="Higham 2001", derivations=(),
+               checks=(CheckSpec("strong_order", verdict="exponent_equals", alpha=ALPHA, tolerance=TOLERANCE),),
                budget_s={"quick": 2.0, "full": 20.0})
 
 register_experiment(Experiment(

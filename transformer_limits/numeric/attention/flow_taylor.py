@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
-from transformer_limits import kernel_cache
-from transformer_limits.resource_limits import check_kernel_dimensions
 from transformer_limits.numeric.attention.kernels import attention_kernels
+from transformer_limits.numeric.kernel_family import FLOW_TAYLOR_JET
+from transformer_limits.resource_limits import check_kernel_dimensions
 
 if TYPE_CHECKING:
     from transformer_limits.verify.taylor import TaylorResult
@@ -105,17 +105,9 @@ def frozen_heads(law_or_params: Any, *, t: float = 0.0, temperature: float = 1.0
 
 @lru_cache(maxsize=32)
 def _jet_module(d: int, d_k: int, d_v: int):
-    """The generated jet kernel (SymPy imported only on a kernel-cache miss)."""
-    from transformer_limits.symbolic.flow_taylor_kernels import jet_kernel_spec  # no SymPy import
-
+    """The generated jet kernel (kernel family FLOW_TAYLOR_JET; SymPy imported only on a cache miss)."""
     check_kernel_dimensions(d=d, d_k=d_k, d_v=d_v)  # stated cap before any code is generated
-
-    path = kernel_cache.lookup_source(jet_kernel_spec(d, d_k, d_v))
-    if path is None:
-        from transformer_limits.symbolic.flow_taylor_kernels import write_jet_kernel
-
-        path = write_jet_kernel(d, d_k, d_v)
-    return kernel_cache.load_python_source(path)
+    return FLOW_TAYLOR_JET.load("numpy", d=int(d), d_k=int(d_k), d_v=int(d_v))
 
 
 def _state(X: Any, heads: FrozenHeads) -> np.ndarray:

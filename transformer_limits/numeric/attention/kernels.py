@@ -9,41 +9,26 @@ w_j = 1/M) and one head (Q, K in R^{d_k x d}, V in R^{d_v x d}), docs/theory.md 
     dA/dmu(x_i, mu)(Y_j)    (N, M, d_v)     flat derivative at every atom
 
 Kernels are generated from the SymPy derivations once per (d, d_k, d_v, flavour), stored in the
-kernel cache (:mod:`transformer_limits.kernel_cache`) and imported from there; a warm process never
-imports SymPy.  :mod:`transformer_limits.numeric.attention.reference` is an independent NumPy
+kernel cache and imported from there (kernel family
+:data:`transformer_limits.numeric.kernel_family.ATTENTION`); a warm process never imports SymPy.  :mod:`transformer_limits.numeric.attention.reference` is an independent NumPy
 (einsum) implementation that every backend is tested against.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from transformer_limits import kernel_cache
 from transformer_limits.numeric.attention.reference import check_magnitudes
-from transformer_limits.numeric.backends import BACKENDS, backend_status
+from transformer_limits.numeric.kernel_family import ATTENTION, load_source
 from transformer_limits.resource_limits import check_kernel_dimensions, check_memory
 
 __all__ = ["AttentionKernels", "attention_kernels", "multi_head_field"]
 
-_FLAVOUR = {"numpy": "python-numpy", "numba": "python-numba", "numba-cuda": "python-cuda",
-            "numba-cuda-sim": "python-cuda", "cupy": "cuda-c"}
 _THREADS = 128
 _THREADS_2D = (16, 16)
-
-
-def kernel_source_path(d: int, d_k: int, d_v: int, flavour: str) -> Path:
-    """Cached source of the attention kernels; generated (SymPy imported) only on a cache miss."""
-    spec = kernel_cache.kernel_spec("attention", d=d, d_k=d_k, d_v=d_v, flavour=flavour)
-    path = kernel_cache.lookup_source(spec)
-    if path is None:
-        from transformer_limits.symbolic.attention_kernels import write_attention_kernel
-
-        path = write_attention_kernel(d, d_k, d_v, flavour)
-    return path
 
 
 def _as_f64(name: str, a: Any, ndim: int) -> np.ndarray:
@@ -67,19 +52,10 @@ class AttentionKernels:
     def __init__(self, d: int, d_k: int, d_v: int, backend: str = "numpy"):
         # stated cap before any code is generated (generated kernels are unrolled in d, d_k, d_v)
         check_kernel_dimensions(d=d, d_k=d_k, d_v=d_v)
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
-        status = {s.name: s for s in backend_status()}[backend]
-        if not status.available:
-            raise ValueError(f"backend {backend!r} is not usable here: {status.reason}")
+        self.flavour = ATTENTION.resolve(backend).flavour
         self.d, self.d_k, self.d_v, self.backend = int(d), int(d_k), int(d_v), backend
-        self.source_path = kernel_source_path(self.d, self.d_k, self.d_v, _FLAVOUR[backend])
-        if backend == "cupy":
-            import cupy
-
-            self._module = cupy.RawModule(code=self.source_path.read_text(), options=("--std=c++14",))
-        else:
-            self._module = kernel_cache.load_python_source(self.source_path)
+        self.source_path = ATTENTION.source_path(self.flavour, d=self.d, d_k=self.d_k, d_v=self.d_v)
+        self._module = load_source(self.source_path, self.flavour)
 
     # ------------------------------------------------------------------ input checking
     def _inputs(self, X, Y, Q, K, V, w, derivatives: bool = False):
@@ -112,15 +88,9 @@ class AttentionKernels:
             per_pair = self.d_v * (self.d if kind == "lions" else 1)
             # NumPy flavour: broadcast temporaries of the output's size (x3); other backends: the output
             shape = (N, M, self.d_v, self.d)[:4 if kind == "lions" else 3]
-            check_memory((3 if self.backend == "numpy" else 1) * 8 * N * M * per_pair,
+            check_memory((3 if self.flavour == "python-numpy" else 1) * 8 * N * M * per_pair,
                          f"X, Y with {N} x {M} rows ({kind} derivative of shape {shape})")
-        if self.backend == "numpy":
-            return self._run_numpy(kind, X, Y, Q, K, V, w)
-        if self.backend == "numba":
-            return self._run_numba(kind, X, Y, Q, K, V, w)
-        if self.backend == "cupy":
-            return self._run_cupy(kind, X, Y, Q, K, V, w)
-        return self._run_numba_cuda(kind, X, Y, Q, K, V, w)
+        return self._RUNNERS[self.flavour](self, kind, X, Y, Q, K, V, w)
 
     def _run_numpy(self, kind, X, Y, Q, K, V, w):
         m = self._module
@@ -211,6 +181,10 @@ class AttentionKernels:
             out = cp.empty((N, M, self.d_v))
             f("flat_derivative")(g2, (tx, ty), (dX, dQ, KF, VF, A, logz, out, nN, nM))
         return cp.asnumpy(out)
+
+    #: how each generated flavour is called (arrays, launch layout)
+    _RUNNERS = {"python-numpy": _run_numpy, "python-numba": _run_numba, "python-cuda": _run_numba_cuda,
+                "cuda-c": _run_cupy}
 
     # ------------------------------------------------------------------ public API
     def forward(self, X, Y, Q, K, V, weights=None) -> tuple[np.ndarray, np.ndarray]:

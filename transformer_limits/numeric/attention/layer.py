@@ -14,15 +14,17 @@ beta = 1/temperature.  The VJP with cotangent PC (N, d) returns::
 
 and the parameter gradients dQ, dK, dV, dO of sum_i <PC^i, F^i> (stacked (H, ...)).
 
-Backends:
+Backends (names of :data:`transformer_limits.numeric.backends.REGISTRY`; the flavour each runs in
+brackets):
 
-``numpy``  reference: the field by explicit softmax matrices, xbar by the docs/theory.md §A.2 formula with
+``numpy``  [python-numpy] reference: the field by explicit softmax matrices, xbar by the docs/theory.md §A.2 formula with
            the Jacobian and Lions-derivative tensors of the generated NumPy attention kernels
            (:func:`transformer_limits.numeric.attention.kernels.attention_kernels`; O(N^2 d d_v) memory per head,
            for tests); parameter gradients by matrix products.
-``blas``   plain batched NumPy/BLAS backpropagation (matmul over heads, (H, N, N) softmax matrices);
+``blas``   [numpy-blas] plain batched NumPy/BLAS backpropagation (matmul over heads, (H, N, N) softmax matrices);
            the baseline of ``benchmarks/bench_transformer.py``.
-``numba``  generated kernels (:mod:`transformer_limits.symbolic.attention_adjoint_kernels`), parallel
+``numba``  [python-numba] generated kernels (kernel family
+           :data:`~transformer_limits.numeric.kernel_family.LAYER_ADJOINT`), parallel
            over tokens, pair loops vectorised over keys, O(T H N (d_k + d_v)) memory (T threads): the Lions term is applied as K^T kbar + V^T vbar,
            never as an (N, N, d, d) tensor.
 
@@ -34,30 +36,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numba
 import numpy as np
 
-from transformer_limits import kernel_cache
+from transformer_limits.numeric.backends import REGISTRY, resolve_backend
+from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.resource_limits import check_kernel_dimensions
 
-__all__ = ["LAYER_BACKENDS", "AttentionLayer", "LayerCache", "attention_layer"]
+__all__ = ["LAYER_BACKENDS", "LAYER_FLAVOURS", "AttentionLayer", "LayerCache", "attention_layer"]
 
-LAYER_BACKENDS = ("numpy", "blas", "numba")
-
-
-def adjoint_kernel_path(d: int, d_k: int, d_v: int) -> Path:
-    """Cached source of the generated layer kernels; generated (SymPy imported) only on a miss."""
-    from transformer_limits.symbolic.attention_adjoint_kernels import adjoint_kernel_spec
-
-    path = kernel_cache.lookup_source(adjoint_kernel_spec(d, d_k, d_v, "python-numba"))
-    if path is None:
-        from transformer_limits.symbolic.attention_adjoint_kernels import write_adjoint_kernel
-
-        path = write_adjoint_kernel(d, d_k, d_v, "python-numba")
-    return path
+#: flavours the layer runs: NumPy attention kernels (reference), hand-written BLAS, generated layer kernels
+LAYER_FLAVOURS = ("python-numpy", "numpy-blas", "python-numba")
+#: the backends that run them: numpy, blas, numba
+LAYER_BACKENDS = tuple(name for name, b in REGISTRY.items() if b.flavour in LAYER_FLAVOURS)
 
 
 #: row tasks of the numba kernels at least (see :func:`_tasks`)
@@ -94,17 +87,16 @@ class AttentionLayer:
         for name, val in (("d", d), ("d_k", d_k), ("d_v", d_v)):
             if not isinstance(val, (int, np.integer)) or val < 1:
                 raise ValueError(f"{name} must be a positive integer, got {val!r}")
-        if backend not in LAYER_BACKENDS:
-            raise ValueError(f"unknown backend {backend!r} (known: {', '.join(LAYER_BACKENDS)})")
+        self.flavour = resolve_backend(backend, LAYER_FLAVOURS, "the attention layer").flavour
         if not (np.isfinite(temperature) and temperature > 0):
             raise ValueError(f"temperature must be a positive number, got {temperature!r}")
-        if backend == "numba":  # only this backend generates code up front (blas: any size)
+        if self.flavour == "python-numba":  # only this flavour generates code up front (blas: any size)
             check_kernel_dimensions(d=d, d_k=d_k, d_v=d_v)
         self.d, self.d_k, self.d_v = int(d), int(d_k), int(d_v)
         self.causal, self.beta, self.backend = bool(causal), 1.0 / float(temperature), backend
         self._module: Any = None
-        if backend == "numba":
-            self._module = kernel_cache.load_python_source(adjoint_kernel_path(self.d, self.d_k, self.d_v))
+        if self.flavour == "python-numba":
+            self._module = LAYER_ADJOINT.load(backend, d=self.d, d_k=self.d_k, d_v=self.d_v)
 
     # ------------------------------------------------------------------ checks
     def _check(self, X, Qs, Ks, Vs, Os, c):
@@ -127,7 +119,7 @@ class AttentionLayer:
     def field(self, X, Qs, Ks, Vs, Os, c) -> tuple[np.ndarray, LayerCache]:
         """F (N, d) and the cache for :meth:`vjp`."""
         X, Qs, Ks, Vs, Os, c = self._check(X, Qs, Ks, Vs, Os, c)
-        if self.backend == "numba":
+        if self.flavour == "python-numba":
             return self._field_numba(X, Qs, Ks, Vs, Os, c)
         QF = np.einsum("hkd,nd->hnk", Qs, X)
         KF = np.einsum("hkd,nd->hnk", Ks, X)
@@ -157,11 +149,11 @@ class AttentionLayer:
         PC = np.ascontiguousarray(PC, dtype=np.float64)
         if PC.shape != X.shape:
             raise ValueError(f"cotangent PC must have shape {X.shape}, got {PC.shape}")
-        if self.backend == "numba":
+        if self.flavour == "python-numba":
             QBAR, KBAR, VBAR, xbar = self._bars_numba(Qs, Ks, Vs, Os, c, cache, PC, lions)
         else:
             QBAR, KBAR, VBAR = self._bars_blas(Os, c, cache, PC)
-            if self.backend == "blas":
+            if self.flavour == "numpy-blas":
                 xbar = np.einsum("hnk,hkd->nd", QBAR, Qs)
                 if lions:
                     xbar += np.einsum("hnk,hkd->nd", KBAR, Ks) + np.einsum("hnk,hkd->nd", VBAR, Vs)
@@ -173,6 +165,7 @@ class AttentionLayer:
 
     def _bars_blas(self, Os, c, cache: LayerCache, PC):
         P = cache.P
+        assert P is not None  # the numpy/blas forward pass keeps the softmax matrices
         G = c[:, None, None] * np.einsum("na,hac->hnc", PC, Os)
         gA = np.einsum("hnc,hnc->hn", G, cache.A)
         S = P * (G @ cache.VF.transpose(0, 2, 1) - gA[:, :, None])

@@ -347,6 +347,8 @@ def train_adamw(grad_fn: Callable[[HeadLaw], tuple[float, dict]], law: HeadLaw, 
     for _ in range(steps):
         value, grads = grad_fn(law)
         hist.losses.append(value)
-        law = law.with_params(opt.step(grads))
+        new_params = opt.step(grads)
+        assert isinstance(new_params, dict)  # law.params is a dict, so the optimizer hands back one
+        law = law.with_params(new_params)
         hist.laws.append(law)
     return hist

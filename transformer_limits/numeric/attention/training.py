@@ -70,6 +70,7 @@ def train_with_radii(model: AttentionTransformer, X0: Any, params: dict[str, np.
     current = opt.params
     losses, records = [], []
     for k in range(steps + 1):
+        assert isinstance(current, dict)  # params is a dict, so the optimizer hands back dicts
         op, fro = head_radii(current)
         dop, dfro = head_radii({n: current[n] - theta0[n] for n in PARAM_NAMES})
         records.append((op, fro, dop, dfro))

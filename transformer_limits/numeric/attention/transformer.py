@@ -33,7 +33,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from transformer_limits.numeric.attention.layer import LAYER_BACKENDS, LayerCache, attention_layer
+from transformer_limits.numeric.attention.layer import LAYER_FLAVOURS, LayerCache, attention_layer
+from transformer_limits.numeric.backends import resolve_backend
 
 __all__ = [
     "PARAM_NAMES",
@@ -136,8 +137,7 @@ class AttentionTransformer:
     lions_term: bool = True
 
     def __post_init__(self) -> None:
-        if self.backend not in LAYER_BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r} (known: {', '.join(LAYER_BACKENDS)})")
+        resolve_backend(self.backend, LAYER_FLAVOURS, "the attention layer")
         self.layer = attention_layer(self.d, self.d_k, self.d_v, causal=self.causal,
                                      temperature=float(self.temperature), backend=self.backend)
 

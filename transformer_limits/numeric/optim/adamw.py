@@ -30,7 +30,7 @@ No SymPy here; the closed forms are derived in :mod:`transformer_limits.symbolic
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, SupportsFloat, Union, cast
 
 import numpy as np
 
@@ -45,6 +45,7 @@ __all__ = [
 
 LearningRate = Union[float, Callable[[int], float], Sequence[float], np.ndarray]
 Params = Union[Mapping[str, Any], Sequence[Any]]
+ParamArrays = Union[dict[str, np.ndarray], list[np.ndarray]]  # what the optimizers hand back
 
 
 # --------------------------------------------------------------------------------------------
@@ -61,7 +62,7 @@ def _check_betas(beta1: float, beta2: float, *, bound: bool = False) -> tuple[fl
     return beta1, beta2
 
 
-def _check_nonnegative(name: str, value: float) -> float:
+def _check_nonnegative(name: str, value: SupportsFloat) -> float:
     value = float(value)
     if not (math.isfinite(value) and value >= 0.0):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -71,13 +72,14 @@ def _check_nonnegative(name: str, value: float) -> float:
 def _lr_at(lr: LearningRate, k: int) -> float:
     """η_k for step ``k >= 1``: a float, ``lr(k)`` for a callable, or ``lr[k-1]`` for an array."""
     if callable(lr):
-        value = lr(k)
+        value: SupportsFloat = lr(k)
     elif np.ndim(lr) == 0:
-        value = lr
+        value = cast(SupportsFloat, lr)  # np.ndim == 0: a float, NumPy scalar or 0-d array
     else:
-        if k > len(lr):
-            raise ValueError(f"lr schedule has {len(lr)} entries, step {k} needs more")
-        value = lr[k - 1]
+        schedule = cast(Sequence[float], lr)  # np.ndim > 0: a sequence or array of η_k
+        if k > len(schedule):
+            raise ValueError(f"lr schedule has {len(schedule)} entries, step {k} needs more")
+        value = schedule[k - 1]
     return _check_nonnegative(f"lr (step {k})", value)
 
 
@@ -131,7 +133,7 @@ class AdamW:
         self.eps = _check_nonnegative("eps", eps)
         self.weight_decay = _check_nonnegative("weight_decay", weight_decay)
         if not callable(lr) and np.ndim(lr) == 0:
-            _check_nonnegative("lr", lr)
+            _check_nonnegative("lr", cast(SupportsFloat, lr))  # a float, NumPy scalar or 0-d array
         self.lr = lr
         self._is_dict = isinstance(params, Mapping)
         self._keys, arrays = _flatten(params, "params")
@@ -150,7 +152,7 @@ class AdamW:
 
     # --------------------------------------------------------------------------------------
     @property
-    def params(self) -> Params:
+    def params(self) -> ParamArrays:
         """The live parameter arrays in the structure they were given (dict or list)."""
         if self._is_dict:
             return dict(zip(self._keys, self._params))
@@ -168,7 +170,7 @@ class AdamW:
             out.append(g)
         return out
 
-    def step(self, grads: Params) -> Params:
+    def step(self, grads: Params) -> ParamArrays:
         """One optimizer step with gradients ``grads`` (same structure and shapes as params)."""
         gs = self._match(grads)
         self.step_count += 1
@@ -203,13 +205,12 @@ def _block_axes_of(spec: Any, ndim: int, key: Any) -> tuple[int, ...]:
             raise ValueError(f"block_axes[{key!r}] = {spec} leading axes, array has ndim {ndim}")
         return tuple(range(int(spec)))
     try:
-        axes = [int(a) for a in spec]
+        given = [int(a) for a in spec]
     except (TypeError, ValueError):
         raise ValueError(f"block_axes[{key!r}] must be an int or a tuple of axes, got {spec!r}") from None
-    if any(not -ndim <= a < ndim for a in axes):
+    if any(not -ndim <= a < ndim for a in given):
         raise ValueError(f"block_axes[{key!r}] = {spec!r} out of range for ndim {ndim}")
-    axes = tuple(sorted({a % ndim for a in axes}))
-    return axes
+    return tuple(sorted({a % ndim for a in given}))
 
 
 class BlockwiseAdamW(AdamW):

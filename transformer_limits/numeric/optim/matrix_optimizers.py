@@ -106,10 +106,10 @@ def _coefficients(coefficients: str | Sequence[Sequence[float]]) -> tuple[tuple[
         if coefficients not in table:
             raise ValueError(f"coefficients must be 'original', 'dion' or a list of (a, b, c), got {coefficients!r}")
         return table[coefficients]
-    coeffs = tuple(tuple(float(v) for v in abc) for abc in coefficients)
-    if not coeffs or any(len(abc) != 3 for abc in coeffs):
+    rows = [tuple(float(v) for v in abc) for abc in coefficients]
+    if not rows or any(len(abc) != 3 for abc in rows):
         raise ValueError("coefficients: expected a non-empty sequence of (a, b, c) triples")
-    return coeffs
+    return tuple((a, b, c) for a, b, c in rows)
 
 
 def _matrix(x: Any, name: str) -> np.ndarray:

@@ -122,10 +122,13 @@ class StreamingCovariance:
         if dim is not None and (int(dim) != dim or dim < 1):
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         self.center = bool(center)
-        self.dim = None if dim is None else int(dim)
+        self.dim: int | None = None
         self.count = 0
-        self.mean = None if dim is None else np.zeros(self.dim)
-        self.scatter = None if dim is None else np.zeros((self.dim, self.dim))
+        # mean and scatter stay None until the dimension is known (first batch or merge)
+        self.mean: np.ndarray | None = None
+        self.scatter: np.ndarray | None = None
+        if dim is not None:
+            self._init_dim(int(dim))
 
     def _init_dim(self, dim: int) -> None:
         if self.dim is None:
@@ -136,6 +139,8 @@ class StreamingCovariance:
             raise ValueError(f"batch has {dim} columns but the accumulator has dim={self.dim}")
 
     def _absorb(self, n_b: int, mean_b: np.ndarray, scatter_b: np.ndarray) -> None:
+        # callers run _init_dim first, which sets both
+        assert self.mean is not None and self.scatter is not None
         n_a = self.count
         n = n_a + n_b
         if self.center:
@@ -161,7 +166,7 @@ class StreamingCovariance:
             dev = rows - mean_b
             self._absorb(rows.shape[0], mean_b, dev.T @ dev)
         else:
-            self._absorb(rows.shape[0], np.zeros(self.dim), rows.T @ rows)
+            self._absorb(rows.shape[0], np.zeros(rows.shape[1]), rows.T @ rows)
         return self
 
     def merge(self, other: "StreamingCovariance") -> "StreamingCovariance":
@@ -172,6 +177,8 @@ class StreamingCovariance:
             raise ValueError("other: cannot merge a centred and an uncentred accumulator")
         if other.count == 0:
             return self
+        # a non-empty accumulator has run _init_dim, so its dim, mean and scatter are set
+        assert other.dim is not None and other.mean is not None and other.scatter is not None
         self._init_dim(other.dim)
         self._absorb(other.count, other.mean, other.scatter)
         return self
@@ -197,6 +204,8 @@ class StreamingCovariance:
             ddof = 1 if self.center else 0
         if self.count - ddof <= 0:
             raise ValueError(f"need more than ddof={ddof} rows, have {self.count}")
+        if self.scatter is None:  # only reachable with ddof < 0 and no rows
+            raise ValueError(f"ddof={ddof}: the accumulator holds no rows and no dimension")
         return self.scatter / (self.count - ddof)
 
 

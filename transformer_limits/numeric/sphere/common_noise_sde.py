@@ -41,6 +41,7 @@ field) chain as K^{1/2} Z with the *same* standard normals Z (Basteri–Trevisan
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -55,6 +56,7 @@ from transformer_limits.numeric.sphere.transformer import (
     set_attention_matrices,
 )
 from transformer_limits.numeric.attention.kernels import attention_kernels
+from transformer_limits.numeric.kernel_family import MLP_FIELD
 from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
 
 __all__ = ["CommonNoiseSDE", "psd_sqrt", "coupled_discrete_and_sde", "coupled_width_chains",
@@ -91,12 +93,13 @@ class CommonNoiseSDE:
             raise ValueError(f"d must be an integer >= 2, got {self.d!r}")
         if self.sigma_u < 0 or self.sigma_w < 0:
             raise ValueError(f"sigma_u and sigma_w must be >= 0, got {self.sigma_u!r}, {self.sigma_w!r}")
+        MLP_FIELD.resolve(self.backend)  # ValueError naming the backends of the MLP-field kernels
         set_attention_matrices(self)
 
     @classmethod
     def from_model(cls, model: SphereTransformer, **overrides) -> "CommonNoiseSDE":
         """The limit SDE of a discrete :class:`SphereTransformer` (same φ, σ's, attention)."""
-        kw = dict(d=model.d, activation=model.activation, sigma_u=model.sigma_u, sigma_w=model.sigma_w,
+        kw: dict[str, Any] = dict(d=model.d, activation=model.activation, sigma_u=model.sigma_u, sigma_w=model.sigma_w,
                   attention=model.attention, beta=model.beta, Q=model.Q, K=model.K, V=model.V,
                   backend=model.backend)
         kw.update(overrides)

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from transformer_limits.numeric.attention.kernels import attention_kernels
-from transformer_limits.numeric.sphere.mlp_field import MLP_BACKENDS, mlp_field_kernels
+from transformer_limits.numeric.kernel_family import MLP_FIELD
+from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
 
 __all__ = ["SphereTransformer", "MLPLayer", "layer_norm", "project_tangent", "uniform_sphere",
            "interaction_energy", "attention_scale"]
@@ -112,8 +113,7 @@ class SphereTransformer:
             raise ValueError(f"T must be > 0, got {self.T!r}")
         if self.sigma_u < 0 or self.sigma_w < 0:
             raise ValueError(f"sigma_u and sigma_w must be >= 0, got {self.sigma_u!r}, {self.sigma_w!r}")
-        if self.backend not in MLP_BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(MLP_BACKENDS)}; got {self.backend!r}")
+        MLP_FIELD.resolve(self.backend)  # ValueError naming the backends of the MLP-field kernels
         set_attention_matrices(self)
 
     # ------------------------------------------------------------------ scalings

@@ -52,6 +52,7 @@ from transformer_limits.numeric.optim.matrix_optimizers import (
     NS_EPS_JORDAN,
     NS_EPS_RUNS,
     WEIGHT_DECAY,
+    ScaleRule,
     _coefficients,
     muon_scale,
 )
@@ -112,6 +113,8 @@ def _matrix_grad(p: torch.Tensor) -> torch.Tensor:
     if p.ndim != 2:
         raise ValueError(f"param: expected a 2-D matrix, got shape {tuple(p.shape)} "
                          "(give vectors/embeddings to Lion or AdamW)")
+    if p.grad is None:  # the step loops skip such parameters before calling this
+        raise ValueError("param: has no gradient (run backward() first)")
     return p.grad
 
 
@@ -126,7 +129,7 @@ class Muon(torch.optim.Optimizer):
                  weight_decay: float = 0.0, *, nesterov: bool = True,
                  momentum_form: Literal["lerp", "sum"] = "lerp",
                  coefficients: str | Sequence[Sequence[float]] = "original",
-                 scale: str = "original", ns_eps: float = NS_EPS_JORDAN) -> None:
+                 scale: ScaleRule = "original", ns_eps: float = NS_EPS_JORDAN) -> None:
         _check_common(lr, weight_decay, momentum)
         if momentum_form not in ("lerp", "sum"):
             raise ValueError(f"momentum_form must be 'lerp' or 'sum', got {momentum_form!r}")
@@ -180,7 +183,7 @@ class NorMuon(Muon):
                  weight_decay: float = 0.0, *, beta2: float = NORMUON_BETA2, eps: float = NORMUON_EPS,
                  nesterov: bool = True, momentum_form: Literal["lerp", "sum"] = "sum",
                  coefficients: str | Sequence[Sequence[float]] = "dion",
-                 scale: str = "spectral_norm", ns_eps: float = NS_EPS_RUNS) -> None:
+                 scale: ScaleRule = "spectral_norm", ns_eps: float = NS_EPS_RUNS) -> None:
         if not 0.0 <= beta2 < 1.0:
             raise ValueError(f"beta2 must be in [0, 1), got {beta2}")
         super().__init__(params, lr, momentum, weight_decay, nesterov=nesterov, momentum_form=momentum_form,
@@ -209,7 +212,7 @@ class Dion(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable[Any], lr: float = MUON_LR, momentum: float = MUON_MOMENTUM,
                  weight_decay: float = 0.0, *, rank_fraction: float = 1.0, eps: float = DION_EPS,
-                 seed: int = 0, scale: str = "spectral_norm") -> None:
+                 seed: int = 0, scale: ScaleRule = "spectral_norm") -> None:
         _check_common(lr, weight_decay, momentum)
         if not 0.0 < rank_fraction <= 1.0:
             raise ValueError(f"rank_fraction must be in (0, 1], got {rank_fraction}")
@@ -350,7 +353,7 @@ def optimizer_spec(name: str, **overrides: Any) -> OptimizerSpec:
     """The paper's settings for ``name`` (AdamW lr 3e-3, matrix optimizers lr 0.02), with overrides."""
     if name not in OPTIMIZER_NAMES:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZER_NAMES)}, got {name!r}")
-    base = dict(lr=ADAMW_LR if name == "adamw" else MUON_LR)
+    base: dict[str, Any] = dict(lr=ADAMW_LR if name == "adamw" else MUON_LR)
     base.update(overrides)
     return OptimizerSpec(name=name, **base)
 
@@ -378,8 +381,8 @@ class OptimizerBundle:
                 group["lr"] = group["base_lr"] * factor
 
 
-def build_optimizer(spec: OptimizerSpec, block_matrices: Sequence[torch.nn.Parameter],
-                    embedding: Sequence[torch.nn.Parameter], head: Sequence[torch.nn.Parameter],
+def build_optimizer(spec: OptimizerSpec, block_matrices: Sequence[torch.Tensor],
+                    embedding: Sequence[torch.Tensor], head: Sequence[torch.Tensor],
                     d_model: int) -> OptimizerBundle:
     """The authors' factory: ``block_matrices`` (2-D weights of the blocks) get ``spec.name``;
     ``embedding``/``head`` get Lion (``spec.lion_lr`` and ``spec.lion_lr/√d_model``, no weight
@@ -396,7 +399,10 @@ def build_optimizer(spec: OptimizerSpec, block_matrices: Sequence[torch.nn.Param
     elif spec.name == "normuon":
         matrix = NorMuon(blocks, spec.lr, spec.momentum, spec.weight_decay, ns_eps=spec.ns_eps)
     else:
-        matrix = Dion(blocks, spec.lr, spec.momentum, spec.weight_decay, rank_fraction=spec.rank_fraction,
+        rank_fraction = spec.rank_fraction
+        if rank_fraction is None:  # the name is not "dion-<num>/<den>"
+            raise ValueError(f"spec.name must be one of {', '.join(OPTIMIZER_NAMES)}, got {spec.name!r}")
+        matrix = Dion(blocks, spec.lr, spec.momentum, spec.weight_decay, rank_fraction=rank_fraction,
                       seed=spec.seed)
     scalar = Lion([dict(params=emb, lr=spec.lion_lr),
                    dict(params=hd, lr=spec.lion_lr / math.sqrt(d_model))],

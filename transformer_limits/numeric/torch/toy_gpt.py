@@ -205,6 +205,9 @@ def _rms_norm(x: torch.Tensor) -> torch.Tensor:
 
 
 class _Rotary(nn.Module):
+    cos: torch.Tensor  # buffers registered in __init__, declared for the type checker
+    sin: torch.Tensor
+
     def __init__(self, head_dim: int, context: int, base: float = 10000.0) -> None:
         super().__init__()
         inv = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
@@ -293,7 +296,7 @@ class ToyGPT(nn.Module):
             x = block(x)
         return self.lm_head(_rms_norm(x))
 
-    def parameter_groups(self) -> tuple[list[nn.Parameter], list[nn.Parameter], list[nn.Parameter]]:
+    def parameter_groups(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
         """``(block matrices, embedding, head)`` for :func:`build_optimizer`."""
         return ([p for p in self.blocks.parameters()], [self.embed.weight], [self.lm_head.weight])
 
@@ -340,6 +343,7 @@ class FFNActivationCollector:
 
     def __enter__(self) -> "FFNActivationCollector":
         for layer, block in enumerate(self.model.blocks):
+            assert isinstance(block, _Block)  # ModuleList is typed as holding any Module
             if "pre" in self.sites:
                 self._handles.append(block.mlp.c_fc.register_forward_hook(
                     lambda mod, inp, out, layer=layer: self._absorb(layer, "pre", out)))

@@ -36,27 +36,24 @@ from transformer_limits.numeric.optim.adamw import adamw_box_radius_path
 from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
 from transformer_limits.numeric.attention.transformer import PARAM_NAMES, AttentionTransformer, init_params
 from transformer_limits.numeric.attention.training import train_with_radii
-from transformer_limits.verify.experiment import (
-    Experiment,
-    ExperimentConfig,
-    ExperimentResult,
-    jsonable_settings,
-    register_experiment,
-)
-from transformer_limits.verify.rate_fit import fit_power_law
+from transformer_limits.verify.check_spec import CheckSpec
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.running import jsonable_settings
+from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
 from transformer_limits.verify.verdicts import Check, exponent_equals, slope_zero
 
-__all__ = ["SETTINGS", "BLOCKWISE_DRIFT_TOLERANCE", "COORDINATEWISE_EXPONENT_TOLERANCE", "ScaledLoss",
+__all__ = ["BOX_HOLDS", "BLOCKWISE_DIMENSION_FREE", "COORDINATEWISE_EXPONENT", "SETTINGS", "ScaledLoss",
            "CoupledDecayModel", "box_margins", "drift_by_dimension", "run"]
 
-ALPHA = 0.01
-BLOCKWISE_DRIFT_TOLERANCE = 0.1
-"""``blockwise_dimension_free`` passes when the drift exponent of d lies within ±0.1 of 0 (``slope_zero``);
-justified in the "Declared tolerances" table of docs/verification.md."""
-COORDINATEWISE_EXPONENT_TOLERANCE = 0.15
-"""``coordinatewise_exponent`` passes when the drift exponent of d lies within ±0.15 of 1/2
-(``exponent_equals``); justified in the "Declared tolerances" table of docs/verification.md."""
+#: the checks; the tolerances are justified in the "Declared tolerances" table of docs/verification.md
+BOX_HOLDS = CheckSpec("box_holds", "||theta_k^B||_F <= R_k (AdamW box recursion, every step, head and matrix)",
+                      verdict="deterministic", alpha=0.0)
+#: passes when the drift exponent of d lies within ±0.1 of 0
+BLOCKWISE_DIMENSION_FREE = CheckSpec("blockwise_dimension_free", verdict="slope_zero", alpha=0.01, tolerance=0.1)
+#: passes when the drift exponent of d lies within ±0.15 of 1/2
+COORDINATEWISE_EXPONENT = CheckSpec("coordinatewise_exponent", verdict="exponent_equals", alpha=0.01, tolerance=0.15)
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "quick": dict(d=4, d_k=2, d_v=2, L=2, H=2, N=8, box_steps=40, lr=0.05, weight_decay=4.0,
@@ -165,9 +162,9 @@ def _box_check(rows: list[dict[str, Any]], settings: dict[str, Any]) -> Check:
     worst = max(r["worst_ratio"] for r in rows)
     passed = worst <= 1.0 + 1e-12
     note = "" if passed else f"a measured radius exceeds its step-k bound by a factor {worst:.3g}"
-    return Check("box_holds", "||theta_k^B||_F <= R_k (AdamW box recursion, every step, head and matrix)",
-                 1.0, worst, (0.0, 1.0), passed,
-                 {"alpha": 0.0, "false_failure_rate": 0.0, "sides": "one-sided", "method": "deterministic",
+    return Check(BOX_HOLDS.name, BOX_HOLDS.claim, 1.0, worst, (0.0, 1.0), passed,
+                 {"alpha": BOX_HOLDS.alpha, "false_failure_rate": BOX_HOLDS.alpha, "sides": "one-sided",
+                  "method": "deterministic",
                   "lr": settings["lr"], "weight_decay": settings["weight_decay"], "betas": list(settings["betas"]),
                   "steps": settings["box_steps"]}, note)
 
@@ -187,17 +184,18 @@ def run(config: ExperimentConfig, *, coupled_decay: bool = False,
     fit_c = fit_power_law({"d": d}, drifts["adamw"][0], window="all", seed=config.seed)
     fit_b_op = fit_power_law({"d": d}, drifts["blockwise"][1], window="all", seed=config.seed)
     fit_c_op = fit_power_law({"d": d}, drifts["adamw"][1], window="all", seed=config.seed)
-    check_b = slope_zero(fit_b, ALPHA, tolerance=BLOCKWISE_DRIFT_TOLERANCE)
-    check_b.name = "blockwise_dimension_free"
-    check_c = exponent_equals(fit_c, 0.5, ALPHA, tolerance=COORDINATEWISE_EXPONENT_TOLERANCE)
-    check_c.name = "coordinatewise_exponent"
+    spec_b, spec_c = BLOCKWISE_DIMENSION_FREE, COORDINATEWISE_EXPONENT
+    check_b = slope_zero(fit_b, spec_b.alpha, tolerance=spec_b.tolerance)
+    check_b.name = spec_b.name
+    check_c = exponent_equals(fit_c, 0.5, spec_c.alpha, tolerance=spec_c.tolerance)
+    check_c.name = spec_c.name
     result = ExperimentResult("adamw-box", config.profile, checks=[_box_check(rows, s), check_b, check_c])
     result.fits = {"blockwise_frobenius": fit_b.to_dict(), "adamw_frobenius": fit_c.to_dict(),
                    "blockwise_operator": fit_b_op.to_dict(), "adamw_operator": fit_c_op.to_dict()}
     exps = []
     for label, fit in (("blockwise, Frobenius", fit_b), ("coordinatewise, Frobenius", fit_c),
                        ("blockwise, operator", fit_b_op), ("coordinatewise, operator", fit_c_op)):
-        lo, hi = fit.interval("exponent", 1 - ALPHA)
+        lo, hi = fit.interval("exponent", 1 - spec_b.alpha)
         exps.append({"drift": label, "exponent_of_d": fit.exponent.value, "ci_low_99": lo, "ci_high_99": hi})
     result.tables = {"box": rows, "drift_exponents": exps,
                      "drift": [{"d": int(dd), **{f"{opt}_{kind}": float(drifts[opt][k][i].mean())
@@ -212,9 +210,9 @@ def run(config: ExperimentConfig, *, coupled_decay: bool = False,
         [RateSeries("AdamW (coordinatewise)", d, drifts["adamw"][0], fit_c, 0.5),
          RateSeries("Blockwise AdamW", d, drifts["blockwise"][0], fit_b, 0.0)],
         xlabel="token dimension d", ylabel="‖θ_K − θ_0‖_F")]
-    result.provenance = {"seed": config.seed, "seconds": {"box": t_box, "drift": t_drift},
-                         "coupled_decay": coupled_decay,
-                         "settings": jsonable_settings(s)}
+    result.provenance.update(seconds={"box": t_box, "drift": t_drift}, coupled_decay=coupled_decay)
+    if settings:  # run_experiment records the profile's settings; these differ from them
+        result.provenance["settings"] = jsonable_settings(s)
     return result
 
 
@@ -225,7 +223,8 @@ register_experiment(Experiment(
     claim="||theta_k|| <= R_k (decoupled AdamW recursion); blockwise drift independent of d, "
           "coordinatewise drift ∝ sqrt(d)",
     derivations=("adamw-box",),
-    check_names=("box_holds", "blockwise_dimension_free", "coordinatewise_exponent"),
+    checks=(BOX_HOLDS, BLOCKWISE_DIMENSION_FREE, COORDINATEWISE_EXPONENT),
     run=run,
-    budget_s={"quick": 20.0, "full": 60.0},
+    budget_s={"quick": 10.0, "full": 60.0},
+    settings=SETTINGS,
 ))

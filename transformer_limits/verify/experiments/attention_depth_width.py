@@ -44,51 +44,47 @@ forms ``C1 L^-1 + C2 L^-1/3 H^-1/2`` (claimed) and ``+ C3 L^-1/2 H^-1/2`` with F
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from transformer_limits.numeric.attention.mean_field import (
-    HeadLaw,
-    MeanFieldLimit,
-    discrete_node_loss_and_grad,
-    train_adamw,
+from transformer_limits.numeric.attention.transformer import inverse_heads
+from transformer_limits.verify.check_spec import CheckSpec
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.running import jsonable_settings, run_points
+from transformer_limits.verify.experiments.attention_models import (
+    HEAD_SCALES,
+    QUICK_MODEL,
+    PaperAModels,
+    Sup,
+    WorstInputs,
+    models_for,
 )
-from transformer_limits.numeric.attention.transformer import (
-    AdjointPass,
-    AttentionTransformer,
-    ForwardPass,
-    inverse_heads,
-    inverse_sqrt_heads,
-)
-from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
-from transformer_limits.verify.experiment import (
-    Experiment,
-    ExperimentConfig,
-    ExperimentResult,
-    jsonable_settings,
-    register_experiment,
-    run_points,
-)
-from transformer_limits.verify.input_search import InputMap, is_worse, sup_error
-from transformer_limits.verify.sweep import canonical_json
-from transformer_limits.verify.rate_fit import PowerLawFit, fit_power_law, fit_rate_claim
 from transformer_limits.verify.rate_plots import RateSeries, grid_heatmap, rate_figure
+from transformer_limits.verify.stats.multi_term import fit_rate_claim
+from transformer_limits.verify.stats.power_law import PowerLawFit, fit_power_law
+from transformer_limits.verify.stats.ratio_trend import ratio_trend
 from transformer_limits.verify.verdicts import Check, exponent_equals, fit_adequate
 
-__all__ = ["SETTINGS", "HEAD_SCALES", "FlippedLionsTransformer", "InputMap", "discrete_map", "limit_map", "sup_error",
-           "PaperAModels", "depth_errors", "fluctuation_errors", "total_errors", "family_tasks", "evaluate_task",
-           "run_families", "FamilyErrors", "WorstInputs", "is_worse", "run"]
+__all__ = ["SETTINGS", "depth_errors", "fluctuation_errors", "total_errors", "family_tasks", "evaluate_task",
+           "run_families", "FamilyErrors", "claimed_rate", "rate_bound_check", "run"]
 
-ALPHA = 0.01
-TOLERANCE = 0.15
+#: the checks: exponents by exponent_equals (two-sided, tolerance 0.15), the bound by the ratio trend
+CHECKS = (
+    CheckSpec("exponent_L", verdict="exponent_equals", alpha=0.01, tolerance=0.15),
+    CheckSpec("exponent_H", verdict="exponent_equals", alpha=0.01, tolerance=0.15),
+    CheckSpec("rate_bound_holds", verdict="one-sided ratio trends of e / claim", alpha=0.01),
+    CheckSpec("trained_exponent_L", verdict="exponent_equals", alpha=0.01, tolerance=0.15),
+    CheckSpec("trained_exponent_H", verdict="exponent_equals", alpha=0.01, tolerance=0.15),
+)
+ALPHA, TOLERANCE = CHECKS[0].alpha, CHECKS[0].tolerance
 CLAIM = "L^-1 + L^-1/3 H^-1/2"
 DOMINATED_CLAIM = "L^-1 + L^-1/3 H^-1/2 + L^-1/2 H^-1/2"
 
 SETTINGS: dict[str, dict[str, Any]] = {
-    "quick": dict(d=2, d_k=2, d_v=2, N=6, radius=1.0, n_nodes=3, atoms=4, gain=1.5, limit_steps=8,
+    "quick": dict(QUICK_MODEL, N=6, limit_steps=8,
                   L_levels=(4, 8, 16, 32, 64), seeds_L=6,
                   H_levels=(1, 2, 4, 8, 16, 32, 64), L_H=8, seeds_H=8,
                   cross_L=(2, 4, 8, 16, 32), cross_H=4,
@@ -106,107 +102,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 
 # ------------------------------------------------------------------------------------------------
-# models and input -> output maps
-# ------------------------------------------------------------------------------------------------
-
-
-class FlippedLionsTransformer(AttentionTransformer):
-    """Deliberately wrong adjoint: the Lions (interaction) term enters with the wrong sign,
-    p_r = p_{r+1} + J^T p_{r+1} − Lions(p_{r+1}); parameter gradients follow from the wrong p."""
-
-    def backward(self, fwd: ForwardPass, params: dict[str, Any], p_final: Any) -> AdjointPass:
-        params, L, H = self.check_params(params)
-        p = np.empty_like(fwd.states)
-        p[L] = np.asarray(p_final, dtype=np.float64)
-        grads = {k: np.empty_like(v) for k, v in params.items()}
-        for r in range(L - 1, -1, -1):
-            args = (fwd.states[r], params["Q"][r], params["K"][r], params["V"][r], params["O"][r],
-                    fwd.weights[r], fwd.caches[r], p[r + 1])
-            full, *dtheta = self.layer.vjp(*args, lions=True)
-            jac = self.layer.vjp(*args, lions=False)[0]
-            p[r] = p[r + 1] + 2.0 * jac - full
-            for k, g in zip(("Q", "K", "V", "O"), dtheta):
-                grads[k][r] = g
-        return AdjointPass(p, grads)
-
-
-def discrete_map(model: AttentionTransformer, params: dict[str, np.ndarray], head_weights: Any = None) -> InputMap:
-    def evaluate(X0: np.ndarray):
-        fwd = model.forward(X0, params, head_weights)
-        return fwd.states[-1], lambda r: model.backward(fwd, params, r).p[0]
-    return InputMap(evaluate)
-
-
-def limit_map(mf: MeanFieldLimit, law: HeadLaw, steps: int) -> InputMap:
-    """X_1(X0) of the MV-ODE; the vjp is P_0 / N of the N-scaled adjoint started at P_1 = N r."""
-    def evaluate(X0: np.ndarray):
-        res = mf.forward(X0, law, steps)
-        N = X0.shape[0]
-        return res.final, lambda r: mf.adjoint(res.final, N * r, law, steps)[1] / N
-    return InputMap(evaluate)
-
-
-# ------------------------------------------------------------------------------------------------
 # the experiment's error families
 # ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class PaperAModels:
-    """Settings plus the (possibly deliberately wrong) discrete model used for the i.i.d. heads
-    (``head_scale``) and for the discrete training gradients (``lions_sign``)."""
-
-    s: dict[str, Any]
-    head_scale: Callable[[int], float] = inverse_heads
-    lions_sign: int = 1
-
-    def __post_init__(self) -> None:
-        s = self.s
-        dims = (s["d"], s["d_k"], s["d_v"])
-        # settings["backend"]: "blas" (default) is fastest for a few tokens; the generated "numba"
-        # kernels win from N ~ 64 on (25x at N = 1024, where BLAS's (N, N) per-head arrays spill)
-        backend = s.get("backend", "blas")
-        self.exact = AttentionTransformer(*dims, backend=backend)
-        self.iid = AttentionTransformer(*dims, backend=backend, head_scale=self.head_scale)
-        cls = AttentionTransformer if self.lions_sign > 0 else FlippedLionsTransformer
-        self.trainer = cls(*dims, backend=backend)
-        self.mf = MeanFieldLimit(*dims, backend=backend)
-
-    def law(self, seed: int) -> HeadLaw:
-        s = self.s
-        return HeadLaw.random(s["n_nodes"], s["atoms"], s["d"], s["d_k"], s["d_v"], seed=seed, gain=s["gain"])
-
-    def sup(self, A: InputMap, B: InputMap, rng: np.random.Generator) -> tuple[float, np.ndarray]:
-        """(estimated sup error, the worst input X0 (N, d) found): :func:`sup_error` with the settings."""
-        s = self.s
-        return sup_error(A, B, s["N"], s["d"], radius=s["radius"], rng=rng, restarts=s["restarts"],
-                         iterations=s["iterations"], lr=s["ascent_lr"])
-
-    def exact_map(self, law: HeadLaw, L: int) -> InputMap:
-        params, w = law.discretise(L, mode="exact")
-        return discrete_map(self.exact, params, w)
-
-    def iid_map(self, law: HeadLaw, L: int, H: int, seed: int) -> InputMap:
-        params, _ = law.discretise(L, H, mode="iid", seed=seed)
-        return discrete_map(self.iid, params)
-
-    def limit(self, law: HeadLaw) -> InputMap:
-        return limit_map(self.mf, law, self.s["limit_steps"])
-
-    def trained(self, law: HeadLaw, L: int | None, seed: int) -> HeadLaw:
-        """ν after K AdamW steps, driven by the discrete network's node gradients (L layers) or, with
-        L None, by the limit's."""
-        s = self.s
-        Xtr = sample_tokens(s["n_train"], s["d"], radius=s["radius"], seed=seed)
-        loss = SquaredErrorLoss(target_map(Xtr, seed=seed))
-        if L is None:
-            grad_fn = lambda nu: self.mf.loss_and_grad(Xtr, nu, loss, s["limit_steps"])[:2]  # noqa: E731
-        else:
-            grad_fn = lambda nu: discrete_node_loss_and_grad(self.trainer, Xtr, nu, loss, L)[:2]  # noqa: E731
-        return train_adamw(grad_fn, law, s["train_steps"], lr=s["lr"], eps=s["eps"]).laws[-1]
-
-
-Sup = tuple[float, np.ndarray]  # (sup error, worst input X0 (N, d))
 
 
 def depth_row(M: PaperAModels, seed: int, j: int, levels: Sequence[int], *, trained: bool) -> list[Sup]:
@@ -280,20 +177,6 @@ def total_errors(M: PaperAModels, seed: int) -> np.ndarray:
 #: the error families, in report order
 FAMILIES = ("depth", "heads", "cross", "grid", "depth_trained", "heads_trained")
 
-#: head scalings a sweep point can name (points are JSON; the deliberately wrong model is 1/sqrt(H))
-HEAD_SCALES: dict[str, Callable[[int], float]] = {"inverse_heads": inverse_heads,
-                                                  "inverse_sqrt_heads": inverse_sqrt_heads}
-
-_MODELS: dict[str, PaperAModels] = {}
-
-
-def models_for(settings: dict[str, Any], head_scale: str = "inverse_heads", lions_sign: int = 1) -> PaperAModels:
-    """The :class:`PaperAModels` of a sweep point, built once per process."""
-    key = canonical_json([settings, head_scale, lions_sign])
-    if key not in _MODELS:
-        _MODELS[key] = PaperAModels(dict(settings), head_scale=HEAD_SCALES[head_scale], lions_sign=lions_sign)
-    return _MODELS[key]
-
 
 def family_tasks(s: dict[str, Any]) -> list[dict[str, Any]]:
     """Every sweep point of the experiment as ``{family, j, a, b}``, most expensive first (so the pool
@@ -341,43 +224,6 @@ def evaluate_task(point: dict[str, Any]) -> dict[str, Any]:
     return {"cells": cells, "errors": [e for e, _ in errors], "inputs": [X.tolist() for _, X in errors]}
 
 
-class WorstInputs:
-    """Per (family, level): the largest sup error over the seeds and the input X0 (N, d) that attained
-    it — the "worst input" the ascent found, reported so a reader can inspect where the sup sits."""
-
-    def __init__(self, radius: float):
-        self.radius = radius
-        self._best: dict[tuple[str, str], tuple[float, int, np.ndarray]] = {}
-        self._order: dict[tuple[str, str], tuple] = {}
-
-    def add(self, family: str, level: str, seed_index: int, error: float, X0: Any, order: tuple = ()) -> None:
-        """Offer one seed's result; rows are sorted by ``order`` (e.g. (family rank, level index))."""
-        key = (family, level)
-        self._order[key] = order
-        if is_worse(error, self._best.get(key, (None,))[0]):
-            self._best[key] = (float(error), int(seed_index), np.asarray(X0, dtype=np.float64))
-
-    def _items(self):
-        return sorted(self._best.items(), key=lambda kv: (self._order[kv[0]], kv[0]))
-
-    def rows(self) -> list[dict[str, Any]]:
-        """Summary rows: token norms of the worst input relative to the radius R."""
-        out = []
-        for (family, level), (error, j, X) in self._items():
-            r = np.linalg.norm(X, axis=1) / self.radius
-            out.append({"family": family, "level": level, "seed_index": j, "sup_error": error,
-                        "norm x^1 / R": float(r[0]),
-                        "min norm x^i / R, i > 1": float(r[1:].min()) if len(r) > 1 else None,
-                        "max norm x^i / R, i > 1": float(r[1:].max()) if len(r) > 1 else None,
-                        "share of tokens on the sphere": float(np.mean(r >= 0.999))})
-        return out
-
-    def data(self) -> list[dict[str, Any]]:
-        """The same entries with the worst inputs themselves (``X0``: N rows of d coordinates)."""
-        return [{"family": f, "level": lv, "seed_index": j, "sup_error": e, "X0": X.tolist()}
-                for (f, lv), (e, j, X) in self._items()]
-
-
 @dataclass
 class FamilyErrors:
     """What :func:`run_families` returns: ``errors`` (arrays shaped as :func:`depth_errors`,
@@ -391,7 +237,7 @@ class FamilyErrors:
 
 def run_families(config: ExperimentConfig, s: dict[str, Any], head_scale: str = "inverse_heads",
                  lions_sign: int = 1) -> FamilyErrors:
-    """All error families through :func:`~transformer_limits.verify.experiment.run_points` (``config.workers``
+    """All error families through :func:`~transformer_limits.verify.running.run_points` (``config.workers``
     processes, progress bar, ``config.store`` to resume): ``depth``, ``heads``, ``cross``, ``grid``,
     ``depth_trained``, ``heads_trained``."""
     if head_scale not in HEAD_SCALES:
@@ -443,39 +289,11 @@ def claimed_rate(L: Any, H: Any) -> np.ndarray:
     return 1.0 / L + L ** (-1 / 3) * H ** -0.5
 
 
-def ratio_trend(ratio: np.ndarray, grid_L, grid_H, *, seed: int, alpha: float, n_boot: int = 2000) -> dict[str, Any]:
-    """Slopes (s_L, s_H) of ``log r̄ = a + s_L log L + s_H log H`` over the whole grid, with one-sided
-    (1 − α) lower bounds: the conservative union (the smaller bound) of the OLS t bound (dof =
-    cells − 3) and the seed-bootstrap percentile bound (seeds resampled jointly over the grid, since
-    seed j shares its law across the grid).  ``ratio``: (n_L, n_H, seeds)."""
-    from scipy import stats
-
-    LL, HH = np.meshgrid(np.log(np.asarray(grid_L, float)), np.log(np.asarray(grid_H, float)), indexing="ij")
-    X = np.column_stack([np.ones(LL.size), LL.ravel(), HH.ravel()])
-    pinv = np.linalg.pinv(X)
-    y = np.log(ratio.mean(axis=-1)).ravel()
-    beta = pinv @ y
-    dof = X.shape[0] - X.shape[1]
-    s2 = float(np.sum((y - X @ beta) ** 2)) / dof
-    se = np.sqrt(s2 * np.diag(np.linalg.inv(X.T @ X)))
-    t_low = beta - stats.t.ppf(1 - alpha, dof) * se
-    rng = np.random.default_rng(seed)
-    n_seeds = ratio.shape[-1]
-    idx = rng.integers(n_seeds, size=(n_boot, n_seeds))
-    boot_y = np.log(ratio[:, :, idx].mean(axis=-1)).reshape(-1, n_boot)  # (cells, n_boot)
-    boot_beta = pinv @ boot_y
-    pct_low = np.quantile(boot_beta, alpha, axis=1)
-    low = np.minimum(t_low, pct_low)
-    return {name: {"slope": float(beta[k]), "lower": float(low[k]), "t_lower": float(t_low[k]),
-                   "bootstrap_lower": float(pct_low[k]), "se": float(se[k])}
-            for k, name in ((1, "L"), (2, "H"))} | {"dof": dof, "rms_log_residual": float(np.sqrt(s2))}
-
-
 def rate_bound_check(grid_L, grid_H, errors: np.ndarray, seed: int) -> tuple[Check, dict[str, Any]]:
     """``rate_bound_holds``: the error is O(L^-1 + L^-1/3 H^-1/2) on the (L, H) grid.
 
     The bound holds with some constant iff the ratio r = e / (L^-1 + L^-1/3 H^-1/2) stays bounded.
-    The trend of log r̄ over the grid (:func:`ratio_trend`: slopes s_L, s_H) is tested one-sidedly:
+    The trend of log r̄ over the grid (:func:`~transformer_limits.verify.stats.ratio_trend.ratio_trend`: slopes s_L, s_H) is tested one-sidedly:
     the check fails when a slope is significantly positive (lower confidence bound > 0), each at α/2
     (Bonferroni: false-failure rate ≤ α when r does not grow).  An error that decays more slowly than
     the claim in L or in H (e.g. heads scaled 1/√H: r grows like H^{1/2}) fails.  Reported too: the
@@ -618,7 +436,7 @@ def run(config: ExperimentConfig, *, head_scale: Callable[[int], float] = invers
         "attention_ratio_to_claim", f"seed-mean sup error on the (L, H) grid divided by the claimed rate {CLAIM} "
         "(bounded = the bound holds; the maximum is the empirical constant)", np.array(rate_info["ratio_mean"]),
         s["grid_L"], s["grid_H"], row_label="depth L", col_label="heads H", value_label="e / claim"))
-    result.provenance = {"seed": config.seed, "seconds": seconds,
+    result.provenance = {"seconds": seconds,
                          "settings": jsonable_settings(s),
                          "head_scale": getattr(head_scale, "__name__", str(head_scale)), "lions_sign": lions_sign}
     return result
@@ -630,7 +448,7 @@ register_experiment(Experiment(
     paper="A",
     claim="sup_{X0 in ball} |x_L − X_1| = O(L^-1 + L^-1/3 H^-1/2), at init and after K AdamW steps",
     derivations=("attention", "adamw-box"),
-    check_names=("exponent_L", "exponent_H", "rate_bound_holds", "trained_exponent_L", "trained_exponent_H"),
+    checks=CHECKS,
     run=run,
     budget_s={"quick": 60.0, "full": 900.0},
 ))

@@ -15,8 +15,8 @@ Extension point (flow-map expansions, ``derive flow-taylor``): the experiment te
 expansion's ``build(case, rng)`` returns ``(f, x, dx, coefficients)`` for ``taylor_test`` (``order`` =
 number of coefficients, expected rate ``order + 1``); ``check`` names the check it reports (``None``
 for a deliberately wrong control, which is tabulated only).  To add expansions, append them to
-:data:`EXPANSIONS` in this module at import time (before :func:`register_experiment`), so
-``Experiment.check_names`` lists their checks.
+:data:`EXPANSIONS` in this module at import time (before :func:`register_experiment`), so the
+experiment declares their checks (:func:`declared_checks`).
 """
 
 from __future__ import annotations
@@ -28,15 +28,17 @@ import numpy as np
 
 from transformer_limits.numeric.attention.kernels import attention_kernels
 from transformer_limits.numeric.attention.flow_taylor import flow_expansion_builder
-from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, register_experiment
-from transformer_limits.verify.rate_fit import fit_power_law
+from transformer_limits.verify.check_spec import CheckSpec
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
-from transformer_limits.verify.sweep import derive_seed
+from transformer_limits.verify.sweeps import derive_seed
 from transformer_limits.verify.taylor import TaylorResult, taylor_test
 from transformer_limits.verify.verdicts import Check
 
-__all__ = ["TaylorCase", "TaylorExpansion", "EXPANSIONS", "TAYLOR_STEPS", "cases_for", "evaluate_expansion",
-           "taylor_check", "lions_expansion", "jacobian_expansion", "wrong_sign_lions_expansion"]
+__all__ = ["TaylorCase", "TaylorExpansion", "EXPANSIONS", "TAYLOR_STEPS", "cases_for", "declared_checks",
+           "evaluate_expansion", "taylor_check", "lions_expansion", "jacobian_expansion", "wrong_sign_lions_expansion"]
 
 #: step sizes h0 * factor**i, i < levels, and the rate tolerance of every expansion
 TAYLOR_STEPS = {"h0": 0.1, "levels": 6, "factor": 0.5, "tolerance": 0.1}
@@ -187,6 +189,13 @@ def taylor_check(expansion: TaylorExpansion, results: Sequence[TaylorResult]) ->
     return Check(expansion.check or expansion.name, expansion.claim, expected, measured, ci, passed, stats_, note)
 
 
+def declared_checks(expansions: Sequence[TaylorExpansion]) -> tuple[CheckSpec, ...]:
+    """One deterministic check per non-control expansion: its claim, rate tolerance
+    ``TAYLOR_STEPS["tolerance"]`` and false-failure rate 0."""
+    return tuple(CheckSpec(e.check, e.claim, verdict="taylor_test", alpha=0.0, tolerance=TAYLOR_STEPS["tolerance"])
+                 for e in expansions if e.check)
+
+
 def run(config: ExperimentConfig) -> ExperimentResult:
     cases = cases_for(config.profile)
     result = ExperimentResult("lions-taylor", config.profile)
@@ -240,7 +249,7 @@ register_experiment(Experiment(
            "and A(x + h δx, μ) − A(x, μ) − h ∇_x A(x, μ) δx = O(h²) (docs/theory.md §A.3); the order-k block "
            "expansion of the MV-ODE flow map has remainder O(h^{k+1}), k = 1, 2, 3."),
     derivations=("attention-lions-derivative", "attention-jacobian", "flow-taylor"),
-    check_names=tuple(e.check for e in EXPANSIONS if e.check),
+    checks=declared_checks(EXPANSIONS),
     run=run,
-    budget_s={"quick": 10.0, "full": 40.0},
+    budget_s={"quick": 25.0, "full": 40.0},
 ))

@@ -26,7 +26,6 @@ mean over ≥ 512 chains and the O(Δt²) residual bias.
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -35,21 +34,18 @@ import numpy as np
 from scipy import stats
 
 from transformer_limits.numeric.sphere.lyapunov import simulate_top_lyapunov
-from transformer_limits.verify.experiment import (
-    Experiment,
-    ExperimentConfig,
-    ExperimentResult,
-    Figure,
-    register_experiment,
-    run_points,
-)
+from transformer_limits.verify.check_spec import CheckSpec
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, Figure
+from transformer_limits.verify.figures import figure_png
+from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.running import run_points
 from transformer_limits.verify.verdicts import Check
 
-__all__ = ["FWER", "PAPER_TABLE", "PROFILES", "Profile", "LyapunovEstimateR", "lyapunov_z_test", "predicted_lambda_1",
-           "draft_a_typo_lambda_1", "richardson", "simulate_point", "run"]
+__all__ = ["LYAPUNOV_AGREES", "PAPER_TABLE", "PROFILES", "Profile", "LyapunovEstimateR", "lyapunov_z_test",
+           "predicted_lambda_1", "draft_a_typo_lambda_1", "richardson", "simulate_point", "run"]
 
-#: family-wise false-failure rate of ``lyapunov_agrees``
-FWER = 0.01
+#: the check: Bonferroni family of z-tests, family-wise false-failure rate alpha
+LYAPUNOV_AGREES = CheckSpec("lyapunov_agrees", verdict="z-tests, Bonferroni over settings", alpha=0.01)
 
 #: docs/theory.md §B.8 (Draft B, Appendix B), ReLU rows as printed: (d, σ, k(1), k'(1), λ_1, λ̄)
 PAPER_TABLE = [
@@ -118,7 +114,8 @@ def richardson(coarse: tuple[float, float], fine: tuple[float, float], dt: float
 
 
 def lyapunov_z_test(estimates: Sequence[float], standard_errors: Sequence[float], predicted: Sequence[float],
-                    alpha: float = FWER, labels: Sequence[str] | None = None) -> tuple[Check, np.ndarray]:
+                    alpha: float = LYAPUNOV_AGREES.alpha,
+                    labels: Sequence[str] | None = None) -> tuple[Check, np.ndarray]:
     """Bonferroni family of two-sided z-tests H0_s: E λ̂_s = predicted_s; returns the Check and the z's.
 
     Fails when max_s |z_s| > z* = Φ⁻¹(1 − α/(2n)), i.e. some p-value < α/n; family-wise false-failure
@@ -145,7 +142,7 @@ def lyapunov_z_test(estimates: Sequence[float], standard_errors: Sequence[float]
           "worst_setting": name}
     note = "" if passed else (f"{int((np.abs(z) > z_crit).sum())}/{n} settings reject; worst {name}: "
                               f"z = {z[worst]:.2f} (|z| > {z_crit:.2f})")
-    check = Check("lyapunov_agrees", f"simulated λ_1 = ((d−3)/2)k'(1) − ((d−1)/2)k(1) in all {n} settings",
+    check = Check(LYAPUNOV_AGREES.name, f"simulated λ_1 = ((d−3)/2)k'(1) − ((d−1)/2)k(1) in all {n} settings",
                   0.0, float(np.abs(z).max()), (-z_crit, z_crit), passed, st, note)
     return check, z
 
@@ -179,9 +176,7 @@ def _agreement_figure(z: np.ndarray, labels: Sequence[str], z_crit: float) -> Fi
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return Figure("lyapunov-z-scores", buf.getvalue(),
+    return Figure("lyapunov-z-scores", figure_png(fig),
                   "z-scores of the Richardson-extrapolated simulated λ_1 against the formula, per setting; "
                   "the band is the Bonferroni acceptance region at family-wise false-failure rate 0.01.")
 
@@ -220,7 +215,7 @@ def run(config: ExperimentConfig, *, formula: Callable[[str, int, float], float]
                                     c["dt"]))
     predicted = [formula(*s) if formula else theory[s]["lambda_1"] for s in prof.settings]
     check, z = lyapunov_z_test([e.estimate for e in estimates], [e.standard_error for e in estimates],
-                               predicted, FWER, labels)
+                               predicted, LYAPUNOV_AGREES.alpha, labels)
     result = ExperimentResult("lyapunov", config.profile, checks=[check])
     rows = []
     for s, e, zs, pred in zip(prof.settings, estimates, z, predicted):
@@ -243,7 +238,7 @@ def run(config: ExperimentConfig, *, formula: Callable[[str, int, float], float]
         f"Δt = ε/(d k(1)) with ε = {prof.eps}; runs at Δt ({prof.steps} steps) and Δt/2 ({2 * prof.steps} "
         f"steps), {prof.chains} chains each, width m = {prof.width}; λ_R = 2λ̂(Δt/2) − λ̂(Δt) removes the O(Δt) "
         "discretisation bias (see the module docstring).",
-        f"Bonferroni over {len(prof.settings)} settings at family-wise false-failure rate {FWER}: "
+        f"Bonferroni over {len(prof.settings)} settings at family-wise false-failure rate {LYAPUNOV_AGREES.alpha}: "
         f"|z| ≤ {check.statistics['z_critical']:.3f}.",
         "Paper table (docs/theory.md §B.8, ReLU rows) reproduced to the printed 3 digits: "
         + ("all rows" if all(r["matches"] for r in paper) else
@@ -265,7 +260,7 @@ register_experiment(Experiment(
            "λ_1 = ((d−3)/2) k'(1) − ((d−1)/2) k(1) (ReLU: −1/(2d) − (σ_U²+2σ_W²)(d−1)/4, Proposition 1.5 "
            "with the corrected sign), for ReLU, tanh, sigmoid and SiLU (docs/theory.md §B.7–B.8)."),
     derivations=("lyapunov", "mlp-kernel"),
-    check_names=("lyapunov_agrees",),
+    checks=(LYAPUNOV_AGREES,),
     run=run,
-    budget_s={"quick": 20.0, "full": 400.0},
+    budget_s={"quick": 25.0, "full": 400.0},
 ))

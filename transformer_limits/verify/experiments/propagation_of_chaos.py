@@ -28,21 +28,19 @@ import numpy as np
 
 from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE
 from transformer_limits.numeric.sphere.transformer import uniform_sphere
-from transformer_limits.verify.experiment import (
-    Experiment,
-    ExperimentConfig,
-    ExperimentResult,
-    jsonable_settings,
-    register_experiment,
-    run_points,
-)
-from transformer_limits.verify.rate_fit import fit_power_law
+from transformer_limits.verify.check_spec import CheckSpec
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.running import jsonable_settings, run_points
+from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
 from transformer_limits.verify.verdicts import Check, rate_at_least
 
-__all__ = ["SETTINGS", "wasserstein2_squared", "chaos_row", "chaos_errors", "evaluate_point", "chaos_errors_sweep", "run"]
+__all__ = ["EXPONENT_N", "SETTINGS", "wasserstein2_squared", "chaos_row", "chaos_errors", "evaluate_point",
+           "chaos_errors_sweep", "run"]
 
-ALPHA = 0.01
+#: the check: rate_at_least(N^-1/2) per d at alpha / n_d (Bonferroni), family-wise alpha
+EXPONENT_N = CheckSpec("exponent_N", verdict="rate_at_least, Bonferroni over d", alpha=0.01)
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "quick": dict(dims=(2, 3), N_levels=(8, 16, 32, 64, 128), N_ref=1024, T=1.0, n_steps=40, n_eval=5,
@@ -85,7 +83,7 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
 
 
 def chaos_errors_sweep(config: ExperimentConfig, s: dict[str, Any]) -> tuple[dict[int, np.ndarray], dict[str, float]]:
-    """:func:`chaos_errors` for every d through :func:`~transformer_limits.verify.experiment.run_points`
+    """:func:`chaos_errors` for every d through :func:`~transformer_limits.verify.running.run_points`
     (``config.workers`` processes, progress bar, resumable with ``config.store``); returns
     ``{d: (n_N, seeds)}`` and the summed point seconds per d."""
     settings = jsonable_settings(s)
@@ -105,7 +103,8 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     s = SETTINGS[config.profile]
     result = ExperimentResult(experiment="propagation-of-chaos", profile=config.profile)
     N = np.array(s["N_levels"])
-    alpha_each = ALPHA / len(s["dims"])
+    alpha = EXPONENT_N.alpha
+    alpha_each = alpha / len(s["dims"])
     series, checks = [], []
     errors, seconds = chaos_errors_sweep(config, s)
     for d in s["dims"]:
@@ -119,9 +118,9 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     passed = all(c.passed for c in checks)
     worst = max(checks, key=lambda c: c.ci[0])
     result.checks = [Check(
-        "exponent_N", f"E sup_t W_2²(μ^N_t, μ_t) ≲ N^-1/2 for d ∈ {list(s['dims'])} (one-sided, Bonferroni)",
+        EXPONENT_N.name, f"E sup_t W_2²(μ^N_t, μ_t) ≲ N^-1/2 for d ∈ {list(s['dims'])} (one-sided, Bonferroni)",
         -0.5, worst.measured, worst.ci, passed,
-        {"alpha": ALPHA, "false_failure_rate": ALPHA, "sides": "one-sided (lower bound of q), per d at α/n_d",
+        {"alpha": alpha, "false_failure_rate": alpha, "sides": "one-sided (lower bound of q), per d at α/n_d",
          "method": "conservative", "per_dimension": {f"d={d}": c.to_dict() for d, c in zip(s["dims"], checks)}},
         "" if passed else "; ".join(c.note for c in checks if not c.passed))]
     result.notes.append("fitted slopes: " + ", ".join(
@@ -129,8 +128,7 @@ def run(config: ExperimentConfig) -> ExperimentResult:
         + "; sharp empirical-measure rates on S^1/S^2 are N^-1 and log N/N")
     result.figures = [rate_figure("propagation_of_chaos", "E sup_t W_2²(μ^N_t, μ^{N_ref}_t), same common noise",
                                   series, xlabel="tokens N", ylabel="E sup_t W_2² (chordal)")]
-    result.provenance = {"seed": config.seed, "seconds": seconds,
-                         "settings": jsonable_settings(s)}
+    result.provenance["seconds"] = seconds
     return result
 
 
@@ -140,7 +138,8 @@ register_experiment(Experiment(
     paper="B",
     claim="D_T(μ^N, μ) ≤ c_T N^{-1/2} for d < 4 (Fournier–Guillin)",
     derivations=("mlp-kernel",),
-    check_names=("exponent_N",),
+    checks=(EXPONENT_N,),
     run=run,
-    budget_s={"quick": 45.0, "full": 720.0},
+    budget_s={"quick": 20.0, "full": 720.0},
+    settings=SETTINGS,
 ))

@@ -8,7 +8,7 @@ holds the pooled (GLOBAL) post-activation soft rank R_1 and hard rank R_2 of the
 
 Fit (docs/theory.md §C.6, the authors' method): per (o, metric), ``log R = c + β log D`` by OLS on
 natural logs, with the 95 % t-interval ``β ± t_{0.975, n−2} · SE`` (n = 8 widths, 6 degrees of
-freedom); :func:`transformer_limits.verify.scaling_fit.fit_power_law`.
+freedom); :func:`transformer_limits.verify.stats.width_scaling.fit_width_scaling`.
 
 Checks:
 
@@ -37,23 +37,20 @@ swaps the labels Dion-1/2 and Dion-1/16 of the same file; it must FAIL both
 from __future__ import annotations
 
 import hashlib
-import io
 import math
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-from scipy import stats
 
-from transformer_limits.verify.experiment import (
-    Experiment,
-    ExperimentConfig,
-    ExperimentResult,
-    Figure,
-    register_experiment,
-)
-from transformer_limits.verify.scaling_fit import PowerLawFit, fit_power_law, read_points_csv
+from transformer_limits.verify.check_spec import CheckSpec
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, Figure
+from transformer_limits.verify.figures import figure_png
+from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.scaling_fit import read_points_csv
+from transformer_limits.verify.stats.intervals import t_interval, t_quantile, welch_satterthwaite_dof
+from transformer_limits.verify.stats.width_scaling import WidthScalingFit, fit_width_scaling
 from transformer_limits.verify.verdicts import Check
 
 __all__ = ["ALPHA", "DATA_FILE", "ORDERINGS", "PUBLISHED_GLOBAL_BETAS", "CLAIM", "analyse", "fit_released",
@@ -131,14 +128,14 @@ def swap_labels(groups: Mapping[tuple[str, str, str], Any], a: str, b: str) -> G
     return {(swap.get(o, o), s, m): v for (o, s, m), v in groups.items()}
 
 
-def fit_released(groups: Mapping[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]) -> dict[tuple[str, str], PowerLawFit]:
+def fit_released(groups: Mapping[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]) -> dict[tuple[str, str], WidthScalingFit]:
     """OLS fit with the 95 % t-interval per (optimizer, metric) of the GLOBAL stratum."""
     fits = {}
     for (optimizer, stratum, metric), (widths, ranks) in groups.items():
         if stratum != STRATUM:
             continue
         try:
-            fits[(optimizer, metric)] = fit_power_law(widths, ranks, confidence=CONFIDENCE)
+            fits[(optimizer, metric)] = fit_width_scaling(widths, ranks, confidence=CONFIDENCE)
         except ValueError as exc:
             raise ValueError(f"groups: {optimizer}/{stratum}/{metric}: {exc}") from None
     return fits
@@ -149,7 +146,7 @@ def fit_released(groups: Mapping[tuple[str, str, str], tuple[np.ndarray, np.ndar
 # ------------------------------------------------------------------------------------------------
 
 
-def published_check(fits: Mapping[tuple[str, str], PowerLawFit],
+def published_check(fits: Mapping[tuple[str, str], WidthScalingFit],
                     published: Mapping[tuple[str, str], tuple[float, ...]] = PUBLISHED_GLOBAL_BETAS) -> Check:
     """``published_betas_reproduced``: every published (β, CI low, CI high, R²) is matched within
     half a unit of its last printed decimal; a missing (optimizer, metric) is a mismatch."""
@@ -183,7 +180,7 @@ def published_check(fits: Mapping[tuple[str, str], PowerLawFit],
         note)
 
 
-def ordering_check(name: str, pairs: tuple[tuple[str, str], ...], fits: Mapping[tuple[str, str], PowerLawFit],
+def ordering_check(name: str, pairs: tuple[tuple[str, str], ...], fits: Mapping[tuple[str, str], WidthScalingFit],
                    alpha: float = ALPHA) -> Check:
     """One-sided test of ``β_hard(a) ≥ β_hard(b)`` for every pair (module docstring); fails when
     the upper ``1 − α/m`` bound of some ``Δ = β_hard(a) − β_hard(b)`` is below 0 (m = len(pairs))."""
@@ -202,11 +199,13 @@ def ordering_check(name: str, pairs: tuple[tuple[str, str], ...], fits: Mapping[
         se = math.hypot(fa.stderr, fb.stderr)
         nu_a, nu_b = fa.n - 2, fb.n - 2
         if se > 0:
-            dof = se**4 / (fa.stderr**4 / nu_a + fb.stderr**4 / nu_b)
-            t = float(stats.t.ppf(1.0 - level, dof))
+            dof = welch_satterthwaite_dof(fa.stderr, nu_a, fb.stderr, nu_b)
+            t = t_quantile(1.0 - level, dof)
+            lower = t_interval(delta, se, dof, level=1.0 - level, side="lower")[0]
+            upper = t_interval(delta, se, dof, level=1.0 - level, side="upper")[1]
         else:  # both fits exact: Δ is known without error
             dof, t = math.inf, 0.0
-        upper, lower = delta + t * se, delta - t * se
+            lower = upper = delta
         rows.append(dict(higher=a, lower=b, delta=delta, se=se, dof=dof, t=t, upper=upper, lower_bound=lower,
                          supported=bool(lower > 0.0), contradicted=bool(upper < 0.0)))
     worst = min(rows, key=lambda r: r["upper"])
@@ -235,7 +234,7 @@ def ordering_check(name: str, pairs: tuple[tuple[str, str], ...], fits: Mapping[
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 
 
-def _figure(groups: Groups, fits: Mapping[tuple[str, str], PowerLawFit], experiment: str) -> Figure:
+def _figure(groups: Groups, fits: Mapping[tuple[str, str], WidthScalingFit], experiment: str) -> Figure:
     """Log-log rank against width, one panel per metric: points and fitted lines, β and CI in the legend."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure as MplFigure
@@ -270,9 +269,7 @@ def _figure(groups: Groups, fits: Mapping[tuple[str, str], PowerLawFit], experim
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return Figure(name=experiment.replace("-", "_") + "_fits", png=buf.getvalue(),
+    return Figure(name=experiment.replace("-", "_") + "_fits", png=figure_png(fig),
                   caption="Released 160M post-activation ranks against FFN width (log-log, pooled tokens) with the "
                           "OLS fits log R = c + β log D; legend: β and its 95% t-interval.")
 
@@ -355,11 +352,15 @@ def run_wrong_dion(config: ExperimentConfig) -> ExperimentResult:
                    manipulation="the labels Dion-1/2 and Dion-1/16 are swapped")
 
 
-_CHECK_NAMES = ("published_betas_reproduced", *ORDERINGS)
+#: the checks: the refit rounds to the published numbers (deterministic); each ordering one-sided at
+#: family-wise false-failure rate ALPHA (Bonferroni over its pairs)
+CHECKS = (CheckSpec("published_betas_reproduced", verdict="deterministic (refit rounds to the published values)",
+                    alpha=0.0),
+          *(CheckSpec(name, verdict="one-sided Welch tests of Δβ_hard, Bonferroni", alpha=ALPHA)
+            for name in ORDERINGS))
 
 # what the experiment and its wrong variant share
-_COMMON = dict(paper="C", claim=CLAIM, derivations=(), check_names=_CHECK_NAMES,
-               budget_s={"quick": 1.0, "full": 1.0})
+_COMMON = dict(paper="C", claim=CLAIM, derivations=(), checks=CHECKS, budget_s={"quick": 1.0, "full": 1.0})
 
 register_experiment(Experiment(
     name="spectral-released",

@@ -17,44 +17,42 @@ Checks (each a one-sided test whose null hypothesis is the claim; false-failure 
   the upper ``1 − α`` bound is below 0.
 
 The bound of a difference is "conservative": the larger of the seed-bootstrap percentile bound
-(independent seed resampling per width and optimizer, :func:`rate_fit.fit_power_law`) and the Welch
+(independent seed resampling per width and optimizer, :func:`power_law.fit_power_law`) and the Welch
 t bound from the OLS fits on all (width, seed) points, so a check fails only when both reject.  A
 *passing* check only means "not contradicted"; whether the data *support* the claim (lower bound
 above 0) is reported in the check statistics (``supported``) and in the notes.
 
 Profiles: ``quick`` (widths k ∈ {1, 2, 4}, 2 seeds, 150 steps) for ``verify spectral-scaling``;
 ``full`` (k ∈ {1, 2, 4, 8}, 3 seeds, 400 steps), the only profile in which ``report`` includes it.
-Training runs go to a pool of single-threaded processes (``max(2, workers)``: tiny matrices train
-faster one-thread-per-core than with intra-op threads).
+Each training run is one point of a sweep (:func:`transformer_limits.verify.running.run_points`:
+``--store`` resumes, ``--scheduler`` runs on a dask cluster) over optimizer × width × seed, with
+seeds ``base + 0 .. base + seeds − 1``; a local run uses a pool of ``max(2, workers)``
+single-threaded processes (tiny matrices train faster one-thread-per-core than with intra-op
+threads).  The Δβ test is :func:`transformer_limits.verify.stats.beta_difference.beta_difference_check`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
-import io
 import math
-import multiprocessing
-import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
-from transformer_limits.verify.experiment import (
-    Experiment,
-    ExperimentConfig,
-    ExperimentResult,
-    Figure,
-    register_experiment,
-)
-from transformer_limits.verify import rate_fit, scaling_fit
+from transformer_limits.verify.check_spec import CheckSpec
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, Figure
+from transformer_limits.verify.figures import figure_png
+from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.running import run_points
+from transformer_limits.verify.stats import power_law, width_scaling
+from transformer_limits.verify.stats.beta_difference import beta_difference_check
 from transformer_limits.verify.verdicts import Check
 
-__all__ = ["GRIDS", "OPTIMIZERS", "STRATA_ALL", "RENYI_ALPHAS", "BetaFit", "fit_betas", "beta_difference_check",
-           "muon_hard_beta_check", "dion_monotone_check", "Grid", "run", "run_grid"]
+__all__ = ["GRIDS", "OPTIMIZERS", "STRATA_ALL", "RENYI_ALPHAS", "BetaFit", "fit_betas", "muon_hard_beta_check",
+           "dion_monotone_check", "TrainingGrid", "run", "run_grid", "sweep_spec", "train_point"]
 
 OPTIMIZERS = ("adamw", "muon", "normuon", "dion-1/2", "dion-1/16")
 LABELS = {"adamw": "AdamW", "muon": "Muon", "normuon": "NorMuon", "dion-1/2": "Dion 1/2", "dion-1/16": "Dion 1/16"}
@@ -67,7 +65,11 @@ LEARN_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
-class Grid:
+class TrainingGrid:
+    """The training runs of one profile: every optimizer at FFN widths ``D = k·d_model`` for ``k`` in
+    ``ffn_mults``, ``seeds`` seeds each, ``steps`` steps of ``batch_size`` sequences of ``context``
+    tokens, ranks measured on ``eval_sequences`` held-out sequences (docs/theory.md §C.6)."""
+
     ffn_mults: tuple[int, ...]
     seeds: int
     steps: int
@@ -80,8 +82,8 @@ class Grid:
 
 
 GRIDS = {
-    "quick": Grid(ffn_mults=(1, 2, 4), seeds=2, steps=150, batch_size=24, eval_sequences=64),
-    "full": Grid(ffn_mults=(1, 2, 4, 8), seeds=3, steps=400, batch_size=32, eval_sequences=96),
+    "quick": TrainingGrid(ffn_mults=(1, 2, 4), seeds=2, steps=150, batch_size=24, eval_sequences=64),
+    "full": TrainingGrid(ffn_mults=(1, 2, 4, 8), seeds=3, steps=400, batch_size=32, eval_sequences=96),
 }
 
 
@@ -94,13 +96,13 @@ GRIDS = {
 class BetaFit:
     """``β`` of ``log R = c + β log D`` for one (optimizer, stratum, metric).
 
-    ``seed_fit``: :class:`rate_fit.PowerLawFit` on the per-width geometric means over seeds with the
-    seed bootstrap; ``ols``: :class:`scaling_fit.PowerLawFit` on all ``(D, R)`` points of all seeds
+    ``seed_fit``: :class:`power_law.PowerLawFit` on the per-width geometric means over seeds with the
+    seed bootstrap; ``ols``: :class:`width_scaling.WidthScalingFit` on all ``(D, R)`` points of all seeds
     (the authors' OLS t-interval, ``n_widths·n_seeds − 2`` dof).
     """
 
-    seed_fit: rate_fit.PowerLawFit
-    ols: scaling_fit.PowerLawFit
+    seed_fit: power_law.PowerLawFit
+    ols: width_scaling.WidthScalingFit
 
     @property
     def beta(self) -> float:
@@ -116,59 +118,10 @@ def fit_betas(widths: Any, values: Any, *, seed: int = 0, n_boot: int = N_BOOT) 
     R = np.asarray(values, dtype=np.float64)
     if R.ndim != 2 or R.shape[0] != D.size or R.shape[1] < 2:
         raise ValueError(f"values: expected shape ({D.size}, n_seeds >= 2), got {R.shape}")
-    seed_fit = rate_fit.fit_power_law(D, R, param="D", window="all", n_boot=n_boot, seed=seed,
+    seed_fit = power_law.fit_power_law(D, R, param="D", window="all", n_boot=n_boot, seed=seed,
                                       aggregate="geometric", method="percentile")
-    ols = scaling_fit.fit_power_law(np.repeat(D, R.shape[1]), R.reshape(-1))
+    ols = width_scaling.fit_width_scaling(np.repeat(D, R.shape[1]), R.reshape(-1))
     return BetaFit(seed_fit, ols)
-
-
-def beta_difference_check(name: str, claim: str, pairs: list[tuple[str, BetaFit, BetaFit]],
-                          alpha: float = ALPHA) -> Check:
-    """One-sided test of ``H0: β_A(S) − β_B(S) ≥ 0`` for every ``(S, A, B)`` in ``pairs``.
-
-    Per pair, level ``α/len(pairs)`` (Bonferroni): the conservative upper bound of ``Δ = β_A − β_B``
-    is the larger of the seed-bootstrap percentile bound (``Δ_b = β*_A,b − β*_B,b``, independent
-    resamples) and the Welch t bound ``Δ̂ + t_{1−α', ν} sqrt(SE_A² + SE_B²)`` from the OLS fits on all
-    points.  The check fails when some pair's upper bound is below 0: the data then contradict the
-    claim; a true claim fails with probability ≤ α.  ``measured`` and ``ci`` are those of the pair
-    with the smallest upper bound; ``statistics["pairs"]`` lists every pair with ``supported`` (its
-    lower ``1 − α'`` bound > 0, i.e. the claim is positively established).
-    """
-    if not pairs:
-        raise ValueError("pairs: need at least one (stratum, fit_a, fit_b)")
-    level = alpha / len(pairs)
-    rows = []
-    for stratum, a, b in pairs:
-        delta = a.beta - b.beta
-        boot = a.seed_fit.exponent.bootstrap - b.seed_fit.exponent.bootstrap
-        se_a, se_b = a.ols.stderr, b.ols.stderr
-        se = math.sqrt(se_a**2 + se_b**2)
-        dof_a, dof_b = a.ols.n - 2, b.ols.n - 2
-        denom = se_a**4 / dof_a + se_b**4 / dof_b
-        nu = se**4 / denom if denom > 0 else float(dof_a + dof_b)  # Welch–Satterthwaite
-        t_q = float(stats.t.ppf(1.0 - level, nu))
-        ols_delta = a.ols.beta - b.ols.beta
-        boot_hi, boot_lo = float(np.quantile(boot, 1.0 - level)), float(np.quantile(boot, level))
-        upper = max(boot_hi, ols_delta + t_q * se)
-        lower = min(boot_lo, ols_delta - t_q * se)
-        rows.append(dict(stratum=stratum, delta=delta, ols_delta=ols_delta, upper=upper, lower=lower,
-                         bootstrap_upper=boot_hi, t_upper=ols_delta + t_q * se, se=se, dof=nu,
-                         p_value_claim_false=float(np.mean(boot <= 0.0)), supported=bool(lower > 0.0)))
-    worst = min(rows, key=lambda r: r["upper"])
-    passed = all(r["upper"] >= 0.0 for r in rows)
-    st = dict(alpha=alpha, false_failure_rate=alpha, sides="one-sided (upper bound of Δβ)",
-              method="conservative: max(seed-bootstrap percentile, Welch t on all points); Bonferroni over pairs",
-              per_pair_level=level, n_boot=int(pairs[0][1].seed_fit.exponent.bootstrap.size), pairs=rows,
-              supported=all(r["supported"] for r in rows))
-    if not passed:
-        note = (f"contradicted: Δβ({worst['stratum']}) = {worst['delta']:.3f} with upper bound "
-                f"{worst['upper']:.3f} < 0 at level {level:g}")
-    elif st["supported"]:
-        note = "supported: every lower bound of Δβ is above 0"
-    else:
-        note = ("not contradicted, but not established either: some interval for Δβ contains 0 "
-                "(the check has little power at this scale)")
-    return Check(name, claim, 0.0, worst["delta"], (worst["lower"], worst["upper"]), passed, st, note)
 
 
 def muon_hard_beta_check(fits: dict[tuple[str, str, str], BetaFit], alpha: float = ALPHA) -> Check:
@@ -192,41 +145,58 @@ def dion_monotone_check(fits: dict[tuple[str, str, str], BetaFit], alpha: float 
 # ------------------------------------------------------------------------------------------------
 
 
-def _train_one(task: tuple[str, int, int, Grid]) -> dict[str, Any]:
-    """Worker: one training run; returns plain data (picklable)."""
+def sweep_spec(grid: TrainingGrid, base_seed: int) -> dict[str, Any]:
+    """The sweep grid of ``grid``: optimizer × ``k`` × seed (last fastest), seeds ``base_seed + s``
+    for ``s < grid.seeds`` (a plain axis, not a derived-seed axis: the run seeds of the profile), the
+    model and training sizes as fixed parameters (so another size is another store point)."""
+    return {"grid": {"optimizer": list(OPTIMIZERS), "k": list(grid.ffn_mults),
+                     "seed": [base_seed + s for s in range(grid.seeds)]},
+            "fixed": {"d_model": grid.d_model, "n_layers": grid.n_layers, "n_heads": grid.n_heads,
+                      "context": grid.context, "steps": grid.steps, "batch_size": grid.batch_size,
+                      "eval_sequences": grid.eval_sequences}}
+
+
+def train_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Sweep function: one training run at a point of :func:`sweep_spec`, as JSON values.
+
+    ``ranks[stratum]`` lists the layer-median post-activation Rényi ranks at ``RENYI_ALPHAS`` (in that
+    order; JSON has no tuple keys).  Trains with one intra-op thread (restored afterwards, for a run in
+    this process), as the numbers depend on the thread count only through float summation order.
+    """
     import torch
 
     from transformer_limits.numeric.torch.toy_gpt import ToyGPTConfig, ToyRunConfig, train_toy_gpt
     from transformer_limits.numeric.torch.optimizers import optimizer_spec
 
-    torch.set_num_threads(1)
-    name, k, seed, grid = task
     cfg = ToyRunConfig(
-        model=ToyGPTConfig(d_model=grid.d_model, n_layers=grid.n_layers, n_heads=grid.n_heads, ffn_mult=k,
-                           context=grid.context),
-        optimizer=optimizer_spec(name), steps=grid.steps, batch_size=grid.batch_size,
-        eval_sequences=grid.eval_sequences, seed=seed, alphas=RENYI_ALPHAS)
-    res = train_toy_gpt(cfg)
-    ranks = {(s, a): res.layer_median("post", s, a) for s in STRATA_ALL for a in RENYI_ALPHAS}
+        model=ToyGPTConfig(d_model=point["d_model"], n_layers=point["n_layers"], n_heads=point["n_heads"],
+                           ffn_mult=point["k"], context=point["context"]),
+        optimizer=optimizer_spec(point["optimizer"]), steps=point["steps"], batch_size=point["batch_size"],
+        eval_sequences=point["eval_sequences"], seed=point["seed"], alphas=RENYI_ALPHAS)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        res = train_toy_gpt(cfg)
+    finally:
+        torch.set_num_threads(threads)
+    ranks = {s: [res.layer_median("post", s, a) for a in RENYI_ALPHAS] for s in STRATA_ALL}
     settings = dict(lr=cfg.optimizer.lr, lion_lr=cfg.optimizer.lion_lr, ns_eps=cfg.optimizer.ns_eps,
                     init="authors' normal (Linear fan_in^-1/2·min(1, sqrt(fan_out/fan_in)), embedding 1)")
-    return dict(optimizer=name, k=k, width=cfg.model.ffn_width, seed=seed, ranks=ranks, settings=settings,
-                summary=res.summary(), loss_history=res.loss_history, strata_types=res.strata_types,
-                strata_share=res.strata_share, tokens_per_stratum=res.tokens_per_stratum)
+    return dict(width=cfg.model.ffn_width, ranks=ranks, settings=settings, summary=res.summary(),
+                loss_history=res.loss_history, strata_types=res.strata_types, strata_share=res.strata_share,
+                tokens_per_stratum=res.tokens_per_stratum)
 
 
-def _run_grid(grid: Grid, base_seed: int, processes: int, progress: bool) -> list[dict[str, Any]]:
-    tasks = [(name, k, base_seed + s, grid) for name in OPTIMIZERS for k in grid.ffn_mults for s in range(grid.seeds)]
-    # fork: no __main__ guard needed in callers; the parent has run no torch op (no OpenMP pool yet)
-    # and each child sets one intra-op thread before training
-    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(max_workers=processes, mp_context=ctx) as pool:
-        it = pool.map(_train_one, tasks)
-        if progress:
-            from tqdm import tqdm
-
-            it = tqdm(it, total=len(tasks), desc="spectral-scaling", unit="run", file=sys.stderr, leave=None)
-        return list(it)
+def _train_runs(grid: TrainingGrid, config: ExperimentConfig) -> tuple[list[dict[str, Any]], Any]:
+    """Every run of ``grid`` in sweep order (optimizer, k, seed), ``ranks[(stratum, α)]`` decoded."""
+    # at least two local processes (see the module docstring); a scheduler ignores workers
+    sweep = run_points(dataclasses.replace(config, workers=max(2, config.workers)), train_point,
+                       sweep_spec(grid, config.seed), experiment="spectral-scaling")
+    runs = []
+    for row in sweep.table:
+        ranks = {(s, a): float(v) for s in STRATA_ALL for a, v in zip(RENYI_ALPHAS, row["ranks"][s])}
+        runs.append(dict(row, ranks=ranks))
+    return runs, sweep
 
 
 # ------------------------------------------------------------------------------------------------
@@ -237,10 +207,9 @@ def _run_grid(grid: Grid, base_seed: int, processes: int, progress: bool) -> lis
 def _png(fig: Any) -> bytes:
     import matplotlib.pyplot as plt
 
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    png = figure_png(fig, dpi=110, bbox_inches="tight")
     plt.close(fig)
-    return buf.getvalue()
+    return png
 
 
 def _rank_figure(widths: np.ndarray, table: dict, fits: dict) -> bytes:
@@ -317,11 +286,10 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     return run_grid(GRIDS[config.profile], config)
 
 
-def run_grid(grid: Grid, config: ExperimentConfig) -> ExperimentResult:
-    """:func:`run` on an explicit :class:`Grid` (``config.profile`` only labels the result)."""
-    processes = max(2, config.workers)
+def run_grid(grid: TrainingGrid, config: ExperimentConfig) -> ExperimentResult:
+    """:func:`run` on an explicit :class:`TrainingGrid` (``config.profile`` only labels the result)."""
     start = time.perf_counter()
-    runs = _run_grid(grid, config.seed, processes, config.progress)
+    runs, sweep = _train_runs(grid, config)
     train_seconds = time.perf_counter() - start
 
     widths = np.array([k * grid.d_model for k in grid.ffn_mults], dtype=np.float64)
@@ -400,7 +368,9 @@ def run_grid(grid: Grid, config: ExperimentConfig) -> ExperimentResult:
         result.notes.append(f"{c.name}: {parts} (conservative bounds, each one-sided at confidence "
                             f"{1 - c.statistics['per_pair_level']:.3g}) — {verdict}.")
     result.provenance = dict(grid=dict(grid.__dict__), optimizers=list(OPTIMIZERS), base_seed=config.seed,
-                             processes=processes, torch_threads_per_process=1, torch_version=_torch_version(),
+                             processes=None if config.scheduler else max(2, config.workers),
+                             scheduler=config.scheduler, runs_trained=sweep.n_run, runs_from_store=sweep.n_skipped,
+                             torch_threads_per_process=1, torch_version=_torch_version(),
                              optimizer_settings={LABELS[r["optimizer"]]: r["settings"] for r in runs},
                              train_seconds=train_seconds, total_seconds=time.perf_counter() - start,
                              run_seconds=[r["summary"]["seconds"] for r in runs],
@@ -416,9 +386,11 @@ register_experiment(Experiment(
     claim="log R_hard = c + β log D with β_hard(Muon) > β_hard(AdamW) (MID/TAIL) and β_hard falling with "
           "Dion's rank fraction (docs/theory.md §C.7)",
     derivations=(),
-    check_names=("training_learns", "muon_hard_beta_exceeds_adamw", "dion_rank_monotone"),
+    checks=(CheckSpec("training_learns", verdict="deterministic threshold", alpha=0.0),
+            CheckSpec("muon_hard_beta_exceeds_adamw", verdict="one-sided bootstrap bound of Δβ_hard", alpha=ALPHA),
+            CheckSpec("dion_rank_monotone", verdict="one-sided bootstrap bound of Δβ_hard", alpha=ALPHA)),
     run=run,
     profiles=("full",),
-    budget_s={"quick": 300.0, "full": 900.0},
+    budget_s={"quick": 90.0, "full": 600.0},
     requires=("torch",),
 ))

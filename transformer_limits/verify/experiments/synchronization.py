@@ -8,7 +8,7 @@ derivation ``lyapunov`` (value ``lambda_bar_prime``).
 Simulation: N tokens, the limit SDE with the field sampled exactly in law at the token positions
 (projected Euler–Maruyama, :class:`~transformer_limits.numeric.sphere.common_noise_sde.CommonNoiseSDE`),
 E_β(μ^N_t) recorded at ``n_eval`` times; the decay rate r is the OLS slope of log E[E_β(μ_t)] in t,
-fitted with :func:`~transformer_limits.verify.rate_fit.fit_power_law` on p = e^t (so the power-law
+fitted with :func:`~transformer_limits.verify.stats.power_law.fit_power_law` on p = e^t (so the power-law
 exponent *is* the exponential rate; seed bootstrap + t interval, "conservative").
 
 Checks:
@@ -25,7 +25,6 @@ Checks:
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -33,19 +32,20 @@ import numpy as np
 import transformer_limits
 from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE
 from transformer_limits.numeric.sphere.transformer import interaction_energy, uniform_sphere
-from transformer_limits.verify.experiment import (
-    Experiment,
-    ExperimentConfig,
-    ExperimentResult,
-    Figure,
-    register_experiment,
-)
-from transformer_limits.verify.rate_fit import PowerLawFit, fit_power_law
+from transformer_limits.verify.check_spec import CheckSpec
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, Figure
+from transformer_limits.verify.figures import figure_png
+from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.stats.power_law import PowerLawFit, fit_power_law
 from transformer_limits.verify.verdicts import Check, rate_at_least
 
-__all__ = ["SETTINGS", "energy_samples", "decay_fit", "decay_rate_check", "sign_change_check", "run"]
+__all__ = ["DECAY_RATE_BOUND", "SIGN_CHANGE_D3", "SETTINGS", "energy_samples", "decay_fit", "decay_rate_check",
+           "sign_change_check", "run"]
 
-ALPHA = 0.01
+#: the checks (one-sided, alpha = 0.01 each)
+DECAY_RATE_BOUND = CheckSpec("decay_rate_bound", verdict="rate_at_least and the sign of ε + λ̄'", alpha=0.01)
+SIGN_CHANGE_D3 = CheckSpec("sign_change_d3", "λ̄ > 0 (d ≤ 3) ⇒ no guaranteed decay: r(λ̄>0) − r(λ̄<0) > 0",
+                           verdict="lower bootstrap bound of a rate difference", alpha=0.01)
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "quick": dict(d_sync=8, d_contrast=3, N=16, T=2.0, n_steps=200, n_eval=9, seeds=32,
@@ -77,7 +77,7 @@ def decay_fit(times: np.ndarray, energies: np.ndarray, seed: int = 0) -> PowerLa
     return fit_power_law({"e^t": np.exp(times)}, energies, window="all", seed=seed)
 
 
-def decay_rate_check(fit: PowerLawFit, bound_rate: float, alpha: float = ALPHA) -> Check:
+def decay_rate_check(fit: PowerLawFit, bound_rate: float, alpha: float = DECAY_RATE_BOUND.alpha) -> Check:
     """``decay_rate_bound``: the claimed rate is a decay and the measured rate is not slower."""
     base = rate_at_least(fit, bound_rate, alpha)
     sign_ok = bound_rate < 0
@@ -87,12 +87,12 @@ def decay_rate_check(fit: PowerLawFit, bound_rate: float, alpha: float = ALPHA) 
     if not base.passed:
         notes.append(base.note)
     st = dict(base.statistics, bound_rate=bound_rate)
-    return Check("decay_rate_bound", f"E[E_β(μ_t)] ≤ exp((ε+λ̄')t) E[E_β(μ_0)], ε+λ̄' = {bound_rate:.4g} < 0",
+    return Check(DECAY_RATE_BOUND.name, f"E[E_β(μ_t)] ≤ exp((ε+λ̄')t) E[E_β(μ_0)], ε+λ̄' = {bound_rate:.4g} < 0",
                  bound_rate, base.measured, base.ci, passed, st, "; ".join(notes))
 
 
 def sign_change_check(fit_pos: PowerLawFit, fit_neg: PowerLawFit, lambda_bar_pos: float,
-                      lambda_bar_neg: float, alpha: float = ALPHA) -> Check:
+                      lambda_bar_neg: float, alpha: float = SIGN_CHANGE_D3.alpha) -> Check:
     """``sign_change_d3``: λ̄ > 0 at the contrast setting, < 0 at the synchronising one, and the decay
     rate is significantly slower where λ̄ > 0 (one-sided bootstrap bound of the rate difference)."""
     b_pos, b_neg = fit_pos.exponent.bootstrap, fit_neg.exponent.bootstrap
@@ -105,7 +105,7 @@ def sign_change_check(fit_pos: PowerLawFit, fit_neg: PowerLawFit, lambda_bar_pos
     note = [] if signs else [f"λ̄ does not change sign: {lambda_bar_pos:.4g} vs {lambda_bar_neg:.4g}"]
     if low <= 0:
         note.append(f"decay where λ̄ > 0 not significantly slower (lower bound of r_+ − r_- = {low:.3g})")
-    return Check("sign_change_d3", "λ̄ > 0 (d ≤ 3) ⇒ no guaranteed decay: r(λ̄>0) − r(λ̄<0) > 0", 0.0, measured,
+    return Check(SIGN_CHANGE_D3.name, SIGN_CHANGE_D3.claim, 0.0, measured,
                  (low, float("inf")), passed,
                  {"alpha": alpha, "false_failure_rate": alpha, "sides": "one-sided (lower bootstrap bound)",
                   "method": "percentile (independent seed bootstraps)", "lambda_bar_positive": lambda_bar_pos,
@@ -114,8 +114,6 @@ def sign_change_check(fit_pos: PowerLawFit, fit_neg: PowerLawFit, lambda_bar_pos
 
 
 def _figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], bound: float) -> Figure:
-    import io
-
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure as MplFigure
 
@@ -133,14 +131,11 @@ def _figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], bound: float) -> F
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return Figure("synchronization", buf.getvalue(), "Mean interaction energy vs t (log scale) and the bound")
+    return Figure("synchronization", figure_png(fig), "Mean interaction energy vs t (log scale) and the bound")
 
 
 def run(config: ExperimentConfig) -> ExperimentResult:
     s = SETTINGS[config.profile]
-    t0 = time.perf_counter()
     v_sync, v_con = lyapunov_values(s, s["d_sync"]), lyapunov_values(s, s["d_contrast"])
     bound = 0.0 + v_sync["lambda_bar_prime"]  # ε = 0 for Q^TK = βI, V = I (Assumption 2)
     curves = {}
@@ -165,8 +160,6 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     result.notes.append(f"bound ε + λ̄' = {bound:.4f} (ε = 0, λ̄' from derivation lyapunov); measured rates: "
                         + ", ".join(f"{k} {f.exponent.value:.3f}" for k, f in fits.items()))
     result.figures = [_figure(curves, bound)]
-    result.provenance = {"seed": config.seed, "seconds": time.perf_counter() - t0,
-                         "settings": dict(s)}
     return result
 
 
@@ -176,7 +169,8 @@ register_experiment(Experiment(
     paper="B",
     claim="λ̄ < 0 ⇒ E[E_β(μ_t)] ≤ exp((ε+λ̄')t) E[E_β(μ_0)], λ̄' = −min F < 0; λ̄ < 0 impossible for d ≤ 3",
     derivations=("lyapunov", "mlp-kernel"),
-    check_names=("decay_rate_bound", "sign_change_d3"),
+    checks=(DECAY_RATE_BOUND, SIGN_CHANGE_D3),
     run=run,
     budget_s={"quick": 30.0, "full": 120.0},
+    settings=SETTINGS,
 ))

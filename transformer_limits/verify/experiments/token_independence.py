@@ -43,18 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from transformer_limits.verify.experiment import (
-    Experiment,
-    ExperimentConfig,
-    ExperimentResult,
-    jsonable_settings,
-    register_experiment,
-    run_points,
-)
-from transformer_limits.verify.experiments.attention_depth_width import SETTINGS as DEPTH_SETTINGS
-from transformer_limits.verify.experiments.attention_depth_width import WorstInputs, models_for
+from transformer_limits.verify.check_spec import CheckSpec
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.running import jsonable_settings, run_points
+from transformer_limits.verify.experiments.attention_models import QUICK_MODEL, WorstInputs, models_for
 from transformer_limits.verify.input_search import check_ladder, sup_error_ladder
-from transformer_limits.verify.rate_fit import fit_power_law
+from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
 from transformer_limits.verify.verdicts import slope_zero
 from transformer_limits.verify.wrong_models import counting_head_map
@@ -62,19 +57,21 @@ from transformer_limits.verify.wrong_models import counting_head_map
 __all__ = ["SETTINGS", "COUNTING_WIDTH", "token_ladder", "token_errors", "evaluate_point", "token_errors_sweep",
            "run"]
 
-ALPHA = 0.01
-TOLERANCE = 0.2
+#: the check (two-sided slope_zero of the exponent of log N)
+SLOPE_IN_LOG_N = CheckSpec("slope_in_log_N",
+                           "sup error independent of N: b = 0 in log e = a + b log(log N) (covering bound: b = 1/2)",
+                           verdict="slope_zero", alpha=0.01, tolerance=0.2)
+ALPHA, TOLERANCE = SLOPE_IN_LOG_N.alpha, SLOPE_IN_LOG_N.tolerance
 #: kernel width δ / R of the deliberately wrong counting head (~0 at random inputs; wrong_models.py)
 COUNTING_WIDTH = 0.01
 
 Sup = tuple[float, np.ndarray]  # (sup error estimate, worst input X0 (N, d))
 
-_BASE = {k: DEPTH_SETTINGS["quick"][k] for k in ("d", "d_k", "d_v", "radius", "n_nodes", "atoms", "gain")}
 SETTINGS: dict[str, dict[str, Any]] = {
-    "quick": dict(_BASE, L=4, H=4, limit_steps=4, N_levels=(4, 8, 16, 32, 64, 128, 256), seeds=8,
+    "quick": dict(QUICK_MODEL, L=4, H=4, limit_steps=4, N_levels=(4, 8, 16, 32, 64, 128, 256), seeds=8,
                   restarts=2, bottom_restarts=8, iterations=8, ascent_lr=0.15, jitter=0.1,
                   backend="numba"),
-    "full": dict(_BASE, L=8, H=4, limit_steps=8, N_levels=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
+    "full": dict(QUICK_MODEL, L=8, H=4, limit_steps=8, N_levels=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
                  seeds=16, restarts=3, bottom_restarts=24, iterations=15, ascent_lr=0.1, jitter=0.1,
                  backend="numba"),
 }
@@ -119,7 +116,7 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
 
 def token_errors_sweep(config: ExperimentConfig, s: dict[str, Any], *,
                        counting_head: float = 0.0) -> tuple[np.ndarray, float, WorstInputs]:
-    """:func:`token_errors` through :func:`~transformer_limits.verify.experiment.run_points`: one
+    """:func:`token_errors` through :func:`~transformer_limits.verify.running.run_points`: one
     point per seed (its whole N ladder, which the warm starts chain), ``config.workers`` processes,
     resumable with ``config.store``; every point costs the same, so the order does not matter.
     Returns the errors (n_N, seeds), the summed point seconds and the worst input per N."""
@@ -152,8 +149,7 @@ def run(config: ExperimentConfig, *, counting_head: float = 0.0, log_n_term: flo
         errors = errors + log_n_term * errors[0].mean() * (np.log(N) / np.log(N[0]))[:, None]
     fit = fit_power_law({"log N": np.log(N)}, errors, window="all", resample="paired", seed=config.seed)
     check = slope_zero(fit, ALPHA, tolerance=TOLERANCE)
-    check.name = "slope_in_log_N"
-    check.claim = "sup error independent of N: b = 0 in log e = a + b log(log N) (covering bound: b = 1/2)"
+    check.name, check.claim = SLOPE_IN_LOG_N.name, SLOPE_IN_LOG_N.claim
     lo, hi = fit.interval("exponent", 1 - ALPHA)
     result = ExperimentResult("token-independence", config.profile, checks=[check])
     result.fits = {"log_N": fit.to_dict()}
@@ -171,7 +167,7 @@ def run(config: ExperimentConfig, *, counting_head: float = 0.0, log_n_term: flo
         "(dashed: sqrt(log N) growth a covering argument would allow)",
         [RateSeries("sup_X0 |x_L^1 − X_1^1|", np.log(N), errors, fit, 0.5)], xlabel="log N",
         ylabel="sup error")]
-    result.provenance = {"seed": config.seed, "seconds": {"errors": seconds}, "log_n_term": log_n_term,
+    result.provenance = {"seconds": {"errors": seconds}, "log_n_term": log_n_term,
                          "counting_head": counting_head, "settings": jsonable_settings(s)}
     return result
 
@@ -182,7 +178,8 @@ register_experiment(Experiment(
     paper="A",
     claim="sup_{X0 in ball^N} |x_L − X_1| bounded uniformly in N (no sqrt(log N) covering growth)",
     derivations=("attention",),
-    check_names=("slope_in_log_N",),
+    checks=(SLOPE_IN_LOG_N,),
     run=run,
-    budget_s={"quick": 45.0, "full": 400.0},
+    budget_s={"quick": 25.0, "full": 400.0},
+    settings=SETTINGS,
 ))

@@ -1,0 +1,110 @@
+"""A check is declared once (``CheckSpec`` on the ``Experiment``) and ``run_experiment`` holds every
+result to it: exactly the declared checks, the declared alpha, the declared claim where the run
+writes none; and it records the provenance (seed, settings, wall time) for every experiment."""
+
+from __future__ import annotations
+
+import pytest
+
+from transformer_limits.verify.check_spec import CheckSpec, declaration_errors
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.registry import experiment_spec, list_experiments
+from transformer_limits.verify.running import run_experiment
+from transformer_limits.verify.verdicts import Check
+
+
+def _check(name, alpha=0.01, claim="x ≤ 1"):
+    return Check(name, claim, 1.0, 0.5, (0.0, 1.0), True, {"alpha": alpha, "sides": "one-sided"})
+
+
+def _experiment(checks, reported, settings=None, provenance=None):
+    def run(config):
+        return ExperimentResult("decl", config.profile, checks=[_check(*c) for c in reported],
+                                provenance=dict(provenance or {}))
+    return Experiment(name="decl", title="t", paper="A", claim="c", derivations=(), checks=checks, run=run,
+                      settings=settings or {})
+
+
+# ------------------------------------------------------------------------------------------------
+# the declaration
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(name=""), "name"), (dict(name="two words"), "name"), (dict(name="a", alpha=0.5), "alpha"),
+    (dict(name="a", alpha=-0.01), "alpha"), (dict(name="a", tolerance=-1.0), "tolerance"),
+    (dict(name="a", tolerance=float("inf")), "tolerance"),
+])
+def test_check_spec_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CheckSpec(**kwargs)
+
+
+def test_experiment_declares_each_check_once_and_keeps_its_json_shape():
+    exp = _experiment(("a", CheckSpec("b", alpha=0.05, tolerance=0.1)), [])
+    assert exp.checks == (CheckSpec("a"), CheckSpec("b", alpha=0.05, tolerance=0.1))
+    assert exp.check_names == ("a", "b") and exp.check("b").tolerance == 0.1
+    assert list(exp.to_dict()) == ["name", "title", "paper", "claim", "derivations", "check_names", "profiles",
+                                   "budget_s", "requires"]
+    assert exp.to_dict()["check_names"] == ["a", "b"]
+    with pytest.raises(ValueError, match="declares no check 'c'"):
+        exp.check("c")
+    with pytest.raises(ValueError, match="more than once"):
+        _experiment(("a", CheckSpec("a")), [])
+    with pytest.raises(ValueError, match="sequence"):
+        _experiment("a", [])
+
+
+def test_every_built_in_check_declares_its_verdict_and_false_failure_rate():
+    for exp in list_experiments():
+        for spec in exp.checks:
+            assert spec.verdict and spec.alpha is not None, (exp.name, spec.name)
+
+
+# ------------------------------------------------------------------------------------------------
+# the runner applies it
+
+
+def test_a_result_matching_its_declarations_passes_and_gets_the_declared_claim():
+    spec = CheckSpec("bound", "‖θ_k‖ ≤ R_k", alpha=0.01)
+    result = run_experiment(_experiment((spec,), [("bound", 0.01, "")]), ExperimentConfig())
+    assert result.status == "pass" and result.checks[0].claim == "‖θ_k‖ ≤ R_k"
+    # a claim the run writes itself (e.g. a verdict's "err ~ L^-1") is kept
+    result = run_experiment(_experiment((spec,), [("bound", 0.01, "err ~ L^-1")]), ExperimentConfig())
+    assert result.checks[0].claim == "err ~ L^-1"
+
+
+@pytest.mark.parametrize("reported, message", [
+    ([], "lacks the declared check(s) a"),
+    ([("a",), ("b",)], "undeclared check(s) b"),
+    ([("a",), ("a",)], "check(s) a more than once"),
+    ([("a", 0.05)], "check a used alpha=0.05, declared alpha=0.01"),
+])
+def test_a_result_breaking_its_declarations_is_an_error_not_a_pass(reported, message):
+    result = run_experiment(_experiment((CheckSpec("a", alpha=0.01),), reported), ExperimentConfig())
+    assert result.status == "error" and message in result.error and not result.passed
+
+
+def test_declaration_errors_ignore_an_undeclared_alpha():
+    assert declaration_errors((CheckSpec("a"),), [_check("a", alpha=0.2)]) == []
+
+
+def test_the_runner_records_seed_settings_and_wall_time():
+    settings = {"quick": {"levels": (8, 16), "nested": [(1, 2)]}, "full": {"levels": (8, 16, 32)}}
+    exp = _experiment(("a",), [("a",)], settings=settings)
+    result = run_experiment(exp, ExperimentConfig(seed=7))
+    prov = result.provenance
+    assert prov["seed"] == 7 and prov["seeds"] == {"base": 7} and prov["timings"]["run_s"] >= 0
+    # top-level tuples become lists, nested tuples are kept (jsonable_settings)
+    assert prov["settings"] == {"levels": [8, 16], "nested": [(1, 2)]}
+    # what the run records itself wins (e.g. settings overridden for a reduced grid)
+    own = _experiment(("a",), [("a",)], settings=settings, provenance={"settings": {"levels": [4]}})
+    assert run_experiment(own, ExperimentConfig()).provenance["settings"] == {"levels": [4]}
+
+
+def test_a_built_in_experiment_reads_alpha_and_tolerance_from_its_declaration():
+    from transformer_limits.verify.experiments import sde_limit
+
+    exp = experiment_spec("sde-limit")
+    assert exp.check("exponent_L") is sde_limit.EXPONENT_L
+    assert (sde_limit.EXPONENT_L.alpha, sde_limit.EXPONENT_L.tolerance) == (0.01, 0.2)
+    assert exp.settings["quick"] is sde_limit.SETTINGS["quick"]

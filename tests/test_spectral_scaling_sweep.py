@@ -1,0 +1,49 @@
+"""spectral-scaling through the sweeps package: its training runs are sweep points, so a store makes
+a rerun resume (docs/sweeps.md, "Execution and resume"; docs/paper_c_toy.md).
+
+Tiny settings (d_model 32, one layer, 3 steps, 2 widths × 2 seeds × 5 optimizers = 20 runs): the
+numbers mean nothing, only that a rerun trains nothing and reproduces every table and verdict.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch", reason="spectral-scaling needs PyTorch: pip install 'transformer_limits[train]'")
+
+from transformer_limits.verify.experiment import ExperimentConfig  # noqa: E402
+from transformer_limits.verify.experiments import spectral_scaling as ss  # noqa: E402
+from transformer_limits.verify.sweeps import SweepStore  # noqa: E402
+
+TINY = ss.TrainingGrid(ffn_mults=(1, 2), seeds=2, steps=3, batch_size=4, eval_sequences=8, d_model=32, n_layers=1,
+                       n_heads=2, context=16)
+N_RUNS = len(ss.OPTIMIZERS) * 2 * 2
+
+
+def _verdicts(result):
+    return [(c.name, c.measured, c.ci, c.passed, c.statistics, c.note) for c in result.checks]
+
+
+def test_sweep_spec_keeps_the_run_seeds_and_order():
+    spec = ss.sweep_spec(TINY, base_seed=5)
+    # seeds base + 0 .. base + seeds − 1 (a plain axis, not derived seeds); optimizer slowest, seed fastest
+    assert spec["grid"] == {"optimizer": list(ss.OPTIMIZERS), "k": [1, 2], "seed": [5, 6]}
+    assert spec["fixed"]["steps"] == 3 and spec["fixed"]["d_model"] == 32
+
+
+def test_a_second_run_with_the_same_store_trains_nothing_and_gives_the_same_result(tmp_path):
+    store = str(tmp_path / "spectral.sqlite")
+    config = ExperimentConfig(profile="full", seed=5, workers=2, store=store)
+    first = ss.run_grid(TINY, config)
+    assert (first.provenance["runs_trained"], first.provenance["runs_from_store"]) == (N_RUNS, 0)
+    assert sorted({r["seed"] for r in first.tables["runs"]}) == [5, 6]
+
+    second = ss.run_grid(TINY, config)
+    assert (second.provenance["runs_trained"], second.provenance["runs_from_store"]) == (0, N_RUNS)
+    assert _verdicts(second) == _verdicts(first)
+    assert second.tables == first.tables and second.fits == first.fits and second.notes == first.notes
+    with SweepStore(store) as db:
+        (entry,) = db.experiments()
+        assert entry["experiment"] == "spectral-scaling" and entry["n_ok"] == N_RUNS
+        rows = db.rows(entry["experiment"], entry["config_hash"])
+    assert all(row["attempts"] == 1 for row in rows.values())  # no point was written twice

@@ -1,0 +1,48 @@
+"""verify/stats/ratio_trend.py: the joint regression of log r̄ over an (L, H) grid, transcribed from
+its definition (OLS with an intercept, one-sided t and seed-bootstrap lower bounds)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from transformer_limits.verify.stats.ratio_trend import ratio_trend
+
+GRID_L, GRID_H = np.array([2.0, 8.0, 32.0]), np.array([1.0, 4.0, 16.0, 64.0])
+
+
+def test_exact_power_law_ratio_gives_its_slopes():
+    LL, HH = np.meshgrid(GRID_L, GRID_H, indexing="ij")
+    r = 0.7 * LL**0.25 * HH**-0.5
+    out = ratio_trend(np.repeat(r[:, :, None], 4, axis=2), GRID_L, GRID_H, seed=0, alpha=0.01, n_boot=50)
+    assert out["L"]["slope"] == pytest.approx(0.25, abs=1e-12) and out["H"]["slope"] == pytest.approx(-0.5, abs=1e-12)
+    assert out["dof"] == GRID_L.size * GRID_H.size - 3
+    assert out["rms_log_residual"] == pytest.approx(0.0, abs=1e-12)
+    assert out["L"]["lower"] == pytest.approx(0.25, abs=1e-10)  # no noise: every bound is the slope
+
+
+def test_t_bound_matches_an_independent_ols():
+    rng = np.random.default_rng(4)
+    ratio = np.exp(0.2 * rng.standard_normal((GRID_L.size, GRID_H.size, 5)))
+    out = ratio_trend(ratio, GRID_L, GRID_H, seed=1, alpha=0.05, n_boot=200)
+    LL, HH = np.meshgrid(np.log(GRID_L), np.log(GRID_H), indexing="ij")
+    X = np.column_stack([np.ones(LL.size), LL.ravel(), HH.ravel()])
+    y = np.log(ratio.mean(axis=2)).ravel()
+    coef, rss, *_ = np.linalg.lstsq(X, y, rcond=None)
+    dof = y.size - 3
+    se = np.sqrt(rss[0] / dof * np.diag(np.linalg.inv(X.T @ X)))
+    for k, name in ((1, "L"), (2, "H")):
+        assert out[name]["slope"] == pytest.approx(coef[k], abs=1e-12)
+        assert out[name]["se"] == pytest.approx(se[k], rel=1e-10)
+        assert out[name]["t_lower"] == pytest.approx(coef[k] - stats.t.ppf(0.95, dof) * se[k], rel=1e-10)
+        assert out[name]["lower"] == min(out[name]["t_lower"], out[name]["bootstrap_lower"])
+
+
+def test_bad_shapes_and_alpha_are_refused():
+    with pytest.raises(ValueError, match="ratio"):
+        ratio_trend(np.ones((2, 4, 3)), GRID_L, GRID_H, seed=0, alpha=0.01)
+    with pytest.raises(ValueError, match="alpha"):
+        ratio_trend(np.ones((3, 4, 3)), GRID_L, GRID_H, seed=0, alpha=1.5)
+    with pytest.raises(ValueError, match="cells"):
+        ratio_trend(np.ones((1, 3, 2)), [2.0], [1.0, 2.0, 4.0], seed=0, alpha=0.01)

@@ -1,0 +1,69 @@
+"""Running generated elementwise kernels, and phi, phi' of a named activation without SymPy.
+
+An elementwise kernel ``kernel(IN_x_1, ..., OUT_f_1, ...)`` (template:
+:mod:`transformer_limits.symbolic.elementwise_kernels`) sets OUT_f_k[i] = f_k(IN_x_1[i], ...) over
+flattened float64 arrays.  :class:`ElementwiseKernel` calls it on equally shaped arrays of any shape
+on the backend's device and returns ``{name: array}`` of that shape.
+:func:`elementwise_activation` loads phi and phi' of an activation of docs/theory.md §B.1 (ReLU, tanh,
+sigmoid, SiLU, GELU) through the kernel family ``ELEMENTWISE_ACTIVATION``: SymPy only on a cache miss.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Sequence
+
+import numpy as np
+
+from transformer_limits.numeric.backends import REGISTRY
+from transformer_limits.numeric.kernel_family import ELEMENTWISE_ACTIVATION
+
+__all__ = ["ElementwiseKernel", "elementwise_activation"]
+
+_THREADS = 128
+
+
+class ElementwiseKernel:
+    """A loaded elementwise kernel on ``backend`` with named inputs and outputs."""
+
+    def __init__(self, module: Any, backend: str, names_in: Sequence[str], names_out: Sequence[str]):
+        self.backend, self.names_in, self.names_out = backend, list(names_in), list(names_out)
+        self._flavour = REGISTRY[backend].flavour
+        self._module = module
+
+    def __call__(self, *arrays: Any) -> dict[str, np.ndarray]:
+        if len(arrays) != len(self.names_in):
+            raise ValueError(f"expected {len(self.names_in)} input arrays ({', '.join(self.names_in)}), "
+                             f"got {len(arrays)}")
+        arrs = [np.ascontiguousarray(a, dtype=np.float64) for a in arrays]
+        shape = arrs[0].shape
+        if any(a.shape != shape for a in arrs):
+            raise ValueError("input arrays must have the same shape")
+        flat = [a.reshape(-1) for a in arrs]
+        n = flat[0].shape[0]
+        blocks = max(1, (n + _THREADS - 1) // _THREADS)
+        if self._flavour == "cuda-c":  # pragma: no cover - needs a GPU
+            import cupy
+
+            d_in = [cupy.asarray(a) for a in flat]
+            d_out = [cupy.empty(n) for _ in self.names_out]
+            self._module.get_function("kernel")((blocks,), (_THREADS,), (*d_in, *d_out, np.int64(n)))
+            outs = [cupy.asnumpy(o) for o in d_out]
+        elif self._flavour == "python-cuda":
+            from numba import cuda
+
+            d_in = [cuda.to_device(a) for a in flat]
+            d_out = [cuda.device_array(n) for _ in self.names_out]
+            self._module.kernel[blocks, _THREADS](*d_in, *d_out)
+            outs = [o.copy_to_host() for o in d_out]
+        else:
+            outs = [np.empty(n) for _ in self.names_out]
+            self._module.kernel(*flat, *outs)
+        return {name: o.reshape(shape) for name, o in zip(self.names_out, outs)}
+
+
+@lru_cache(maxsize=32)
+def elementwise_activation(activation: str = "relu", backend: str = "numpy") -> ElementwiseKernel:
+    """``f(z) -> {"phi": phi(z), "dphi": phi'(z)}`` for the named activation (ReLU: phi'(0) = 1/2)."""
+    module = ELEMENTWISE_ACTIVATION.load(backend, activation=activation)
+    return ElementwiseKernel(module, backend, ["x"], ["phi", "dphi"])

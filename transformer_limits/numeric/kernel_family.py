@@ -1,0 +1,126 @@
+"""Kernel families: generated kernels looked up in the kernel cache, generated only on a miss.
+
+A :class:`KernelFamily` declares, without importing SymPy,
+
+* its ``name`` and parameter names: the cache *spec* of an instance is ``kernel_spec(name, flavour=...,
+  **params)`` (:func:`transformer_limits.kernel_cache.kernel_spec`), built here and nowhere else;
+* its ``flavours`` (generated-source flavour -> file suffix), hence the backends it runs on
+  (:data:`transformer_limits.numeric.backends.REGISTRY`: a backend runs one flavour);
+* ``generator``, the dotted path ``"module:function"`` of its SymPy generator, imported only on a
+  cache miss and called as ``function(flavour=..., **params) -> (file name, source)``, the file name
+  being ``<stem>_<key><suffix>`` (see :func:`transformer_limits.symbolic.codegen.source_key`).
+
+:meth:`KernelFamily.load` resolves a ``backend=`` string, finds (or generates, stores and indexes) the
+source of that backend's flavour and returns the loaded module: an imported Python module for the
+``python-*`` flavours (:func:`~transformer_limits.kernel_cache.load_python_source`, so Numba's on-disk
+cache finds it again), a CuPy ``RawModule`` for ``cuda-c``.  A warm process therefore never imports
+SymPy (tests/test_kernel_families_warm.py).  :data:`FAMILIES` lists every family of the package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Mapping
+
+from transformer_limits import kernel_cache
+from transformer_limits.numeric.backends import REGISTRY, Backend, resolve_backend
+
+__all__ = ["KernelFamily", "FAMILIES", "ATTENTION", "LAYER_ADJOINT", "MLP_FIELD", "FLOW_TAYLOR_JET",
+           "ELEMENTWISE_ACTIVATION", "load_source"]
+
+
+def load_source(path: Path, flavour: str) -> Any:
+    """Load a generated source file of ``flavour``: a CuPy ``RawModule`` for ``cuda-c``, else the
+    imported Python module."""
+    if flavour == "cuda-c":
+        import cupy
+
+        return cupy.RawModule(code=path.read_text(encoding="utf-8"), options=("--std=c++14",))
+    return kernel_cache.load_python_source(path)
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """A family of generated kernels (see the module docstring); ``title`` names it in error messages."""
+
+    name: str
+    title: str
+    params: tuple[str, ...]
+    flavours: Mapping[str, str]
+    generator: str
+
+    def backends(self) -> tuple[str, ...]:
+        """Names of the backends whose flavour this family has (available here or not)."""
+        return tuple(n for n, b in REGISTRY.items() if b.flavour in self.flavours)
+
+    def resolve(self, backend: str) -> Backend:
+        """The :class:`~transformer_limits.numeric.backends.Backend` for ``backend`` (ValueError if
+        unknown, not usable here, or without this family's flavour)."""
+        return resolve_backend(backend, self.flavours, self.title)
+
+    def spec(self, flavour: str, **params: object) -> str:
+        """Cache spec of one instance: ``<name>:<param>=<value>:...:flavour=<flavour>`` (sorted)."""
+        if flavour not in self.flavours:
+            raise ValueError(f"flavour must be one of {', '.join(self.flavours)} for {self.title}; "
+                             f"got {flavour!r}")
+        if set(params) != set(self.params):
+            raise ValueError(f"{self.title} takes parameters {', '.join(self.params)}; got {', '.join(params)}")
+        return kernel_cache.kernel_spec(self.name, flavour=flavour, **params)
+
+    def generate(self, flavour: str, **params: object) -> Path:
+        """Run the SymPy generator (imported here, on a miss only), store and index the source."""
+        module, _, function = self.generator.partition(":")
+        filename, source = getattr(importlib.import_module(module), function)(flavour=flavour, **params)
+        path = kernel_cache.write_source(filename, source)
+        kernel_cache.record_source(self.spec(flavour, **params), path)
+        return path
+
+    def source_path(self, flavour: str, **params: object) -> Path:
+        """Cached source file of one instance; generated (SymPy imported) only on a cache miss."""
+        path = kernel_cache.lookup_source(self.spec(flavour, **params))
+        return self.generate(flavour, **params) if path is None else path
+
+    def load(self, backend: str, **params: object) -> ModuleType | Any:
+        """The loaded kernels of ``backend``'s flavour (Python module, or CuPy RawModule for cuda-c)."""
+        flavour = self.resolve(backend).flavour
+        return load_source(self.source_path(flavour, **params), flavour)
+
+
+_PY = ".py"
+
+#: softmax attention, its Jacobian and measure derivatives (symbolic/attention_kernels.py)
+ATTENTION = KernelFamily(
+    "attention", "the attention kernels", ("d", "d_k", "d_v"),
+    {"python-numpy": _PY, "python-numba": _PY, "python-cuda": _PY, "cuda-c": ".cu"},
+    "transformer_limits.symbolic.attention_kernels:attention_kernel_source")
+
+#: field and adjoint of one attention layer (symbolic/attention_adjoint_kernels.py)
+LAYER_ADJOINT = KernelFamily(
+    "attention-adjoint", "the attention-layer adjoint kernels", ("d", "d_k", "d_v"),
+    {"python-numba": _PY},
+    "transformer_limits.symbolic.attention_adjoint_kernels:adjoint_kernel_source")
+
+#: random-MLP field and zonal kernel matrix of one activation (symbolic/mlp_field_kernels.py)
+MLP_FIELD = KernelFamily(
+    "mlp-field", "the MLP-field kernels", ("activation",),
+    {"python-numpy": _PY, "python-numba": _PY},
+    "transformer_limits.symbolic.mlp_field_kernels:mlp_field_kernel_source")
+
+#: second-order attention jet of the flow-map Taylor blocks (symbolic/flow_taylor_kernels.py)
+FLOW_TAYLOR_JET = KernelFamily(
+    "flow-taylor-jet", "the flow-map jet kernel", ("d", "d_k", "d_v"),
+    {"python-numpy": _PY},
+    "transformer_limits.symbolic.flow_taylor_kernels:jet_kernel_source")
+
+#: an activation phi and its derivative, elementwise (symbolic/elementwise_kernels.py)
+ELEMENTWISE_ACTIVATION = KernelFamily(
+    "elementwise-activation", "the elementwise activation kernels", ("activation",),
+    {"python-numpy": _PY, "python-numba": _PY, "python-cuda": _PY, "cuda-c": ".cu"},
+    "transformer_limits.symbolic.elementwise_kernels:activation_kernel_source")
+
+#: every kernel family, by name
+FAMILIES: dict[str, KernelFamily] = {f.name: f for f in (ATTENTION, LAYER_ADJOINT, MLP_FIELD, FLOW_TAYLOR_JET,
+                                                         ELEMENTWISE_ACTIVATION)}

@@ -1,0 +1,158 @@
+"""Running an experiment: the requirement check, the run, its declarations and its provenance.
+
+:func:`run_experiment` runs an :class:`~transformer_limits.verify.experiment.Experiment` under an
+:class:`~transformer_limits.verify.experiment.ExperimentConfig` and applies what the experiment
+declares, so that no experiment repeats it: the result must report exactly the declared checks
+(:class:`~transformer_limits.verify.check_spec.CheckSpec`, with the declared alpha), a check without
+a claim text gets the declared one, and the provenance gets the base seed, the profile's settings
+(``Experiment.settings``) and the wall time.  :func:`run_points` is how an experiment evaluates a
+grid of points (processes, dask, a resumable store: docs/sweeps.md).
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.util
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from transformer_limits.errors import EnvironmentFailure, InputError
+from transformer_limits.jsonable import jsonable
+from transformer_limits.verify.check_spec import apply_declarations, declaration_errors
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.registry import source_of, worker_safe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from transformer_limits.verify.sweeps import SweepResult
+
+__all__ = ["REQUIREMENT_HINTS", "jsonable_settings", "missing_requirement", "run_experiment", "run_points"]
+
+
+#: why an experiment cannot run without a module, and how to get it (module -> text)
+REQUIREMENT_HINTS = {"torch": "needs PyTorch (pip install torch)"}
+
+
+def _module_available(module: str) -> bool:
+    """Whether ``module`` can be imported here (found on the path; nothing is imported for a
+    top-level name)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a broken sys.modules entry
+        return False
+
+
+def missing_requirement(experiment: Experiment) -> str | None:
+    """One line saying why ``experiment`` cannot run here (a module of ``requires`` is missing),
+    e.g. ``"missing requirement: needs PyTorch (pip install torch)"``; None when it can run."""
+    missing = [m for m in experiment.requires if not _module_available(m)]
+    if not missing:
+        return None
+    return "missing requirement: " + "; ".join(
+        REQUIREMENT_HINTS.get(m, f"needs the module {m!r} (pip install {m.split('.')[0]})") for m in missing)
+
+
+# errno values that mean the machine, not the experiment, failed (disk full, quota, I/O error)
+_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+
+
+def run_experiment(experiment: Experiment, config: ExperimentConfig) -> ExperimentResult:
+    """Run ``experiment`` under ``config``; a crash *inside* the experiment is recorded, not raised.
+
+    An exception in ``experiment.run`` gives a result with ``error`` set (one line), no checks and
+    the traceback in its notes (:attr:`ExperimentResult.status` ``"error"``); so does a result that
+    breaks the declarations (``check_spec.declaration_errors``: a declared check missing, an
+    undeclared one, another alpha) or reports no check.  A check with an empty claim gets its
+    declared claim.  Failures of the input or the environment stop the whole
+    run instead and propagate: :class:`transformer_limits.errors.InputError` (a bad store,
+    scheduler or grid size), :class:`transformer_limits.errors.EnvironmentFailure`, ``MemoryError``
+    and an ``OSError`` for a full disk (raised as ``EnvironmentFailure``).  ``KeyboardInterrupt`` /
+    ``SystemExit`` propagate.  Provenance: ``timings.run_s`` (wall time), ``seed`` and ``seeds.base``
+    (the base seed) and ``settings`` (``experiment.settings[profile]``), each unless the run set it;
+    ``source`` for an experiment from a plugin or a file.  An experiment whose ``requires`` names a
+    module missing here is not started: ``InputError`` with the line of :func:`missing_requirement`
+    (``verify`` exits 2; ``report`` skips it first).
+    """
+    why = missing_requirement(experiment)
+    if why is not None:
+        raise InputError(f"experiment {experiment.name} cannot run here: {why}")
+    start = time.perf_counter()
+    try:
+        result = experiment.run(config)
+        if not isinstance(result, ExperimentResult):
+            raise TypeError(f"run returned {type(result).__name__}, not ExperimentResult")
+    except (InputError, EnvironmentFailure, MemoryError):
+        raise
+    except OSError as exc:
+        if exc.errno in _ENVIRONMENT_ERRNOS:
+            raise EnvironmentFailure(f"experiment {experiment.name}: {exc}") from exc
+        result = _crashed(experiment, config, exc)
+    except Exception as exc:  # noqa: BLE001 - recorded as a crash (status "error"), not a failed check
+        result = _crashed(experiment, config, exc)
+    else:
+        apply_declarations(experiment.checks, result.checks)
+        errors = declaration_errors(experiment.checks, result.checks)
+        if not errors and not result.checks:
+            errors = ["the result reports no checks"]
+        if errors:
+            result.error = "; ".join(errors)
+    _record_provenance(result, experiment, config, time.perf_counter() - start)
+    return result
+
+
+def _record_provenance(result: ExperimentResult, experiment: Experiment, config: ExperimentConfig,
+                       elapsed: float) -> None:
+    """What every run records (the run's own entries win, except the wall time)."""
+    prov = result.provenance
+    prov["timings"] = {**prov.get("timings", {}), "run_s": elapsed}
+    prov.setdefault("seed", config.seed)
+    prov.setdefault("seeds", {"base": config.seed})
+    settings = experiment.settings.get(config.profile)
+    if settings is not None:
+        prov.setdefault("settings", jsonable_settings(settings))
+    source = source_of(experiment)
+    if source is not None and source.get("kind") != "built-in":
+        # an experiment from outside the package: say which plugin or file (and its hash) ran
+        prov.setdefault("source", source)
+
+
+def _crashed(experiment: Experiment, config: ExperimentConfig, exc: BaseException) -> ExperimentResult:
+    result = ExperimentResult(experiment.name, config.profile)
+    result.error = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+    result.notes.append("traceback:\n" + traceback.format_exc())
+    return result
+
+
+def jsonable_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """An experiment's settings as JSON values, for sweep points and provenance: the top-level tuples
+    become lists, everything below is kept as it is (nested tuples stay usable as keys)."""
+    return jsonable(settings, nonfinite="keep", depth=2)
+
+
+def run_points(config: ExperimentConfig, fn: Callable[[dict[str, Any]], Mapping[str, Any]],
+               grid: Mapping[str, Any], *, experiment: str, version: int | str = 1) -> "SweepResult":
+    """Evaluate ``fn`` on every point of ``grid`` the way ``config`` asks.
+
+    Uses :func:`transformer_limits.verify.sweeps.run_sweep` with ``config.workers`` processes (or the
+    dask scheduler ``config.scheduler``) and ``config.progress``; results go to ``config.store``
+    (resumable: a rerun skips finished points) or, without one, to a temporary store deleted
+    afterwards.  The sweep config is ``{profile, seed, version}``: bump ``version`` when ``fn``
+    changes its results.  ``fn`` must be a top-level function when ``workers > 1`` or a scheduler
+    is used: of an importable module, or of a file loaded by
+    :func:`~transformer_limits.verify.registry.load_experiment_file` (its source then travels with
+    the function, so fork, spawn and forkserver pools and dask workers run it without importing the
+    file by name).
+    """
+    from transformer_limits.verify.sweeps import run_sweep
+
+    fn = worker_safe(fn)
+
+    sweep_config = {"profile": config.profile, "seed": config.seed, "version": version}
+    options = dict(experiment=experiment, config=sweep_config, workers=config.workers,
+                   scheduler=config.scheduler, progress=config.progress)
+    if config.store:
+        return run_sweep(fn, grid, config.store, **options)
+    with tempfile.TemporaryDirectory(prefix="tl-sweep-") as tmp:
+        return run_sweep(fn, grid, Path(tmp) / "sweep.sqlite", **options)

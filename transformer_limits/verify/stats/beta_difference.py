@@ -1,0 +1,81 @@
+"""One-sided test that one fitted exponent exceeds another, for several strata at once.
+
+For each pair ``(S, A, B)`` the claim is ``Δ_S = β_A(S) − β_B(S) > 0`` (docs/theory.md §C.7: the
+hard-rank exponent of one optimizer exceeds another's).  The null hypothesis of the test *is* the
+claim, so it fails only when the data contradict it: with ``m`` pairs each is tested at level
+``α' = α/m`` (Bonferroni), and the check fails when some pair's conservative upper bound
+
+    U_S = max( q_{1−α'}(Δ*_b),  Δ̂_ols + t_{1−α', ν} · sqrt(SE_A² + SE_B²) )
+
+is below 0.  ``Δ*_b = β*_A,b − β*_B,b`` are the paired bootstrap replicates of the two seed
+bootstraps (independent resamples), ``Δ̂_ols`` the difference of the OLS slopes on all (width,
+seed) points with standard errors ``SE_A``, ``SE_B`` on ``n_A − 2``, ``n_B − 2`` degrees of
+freedom, and ``ν`` their Welch–Satterthwaite degrees of freedom.  A true claim (``Δ_S ≥ 0`` for
+every ``S``) fails with probability at most ``α``; the lower bound ``L_S`` (the smaller of the two
+lower ``1 − α'`` bounds) says whether the claim is positively supported (``L_S > 0``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from transformer_limits.verify.stats.intervals import t_interval, welch_satterthwaite_dof
+from transformer_limits.verify.verdicts import Check
+
+__all__ = ["beta_difference_check"]
+
+
+def _pair_bounds(stratum: str, a: Any, b: Any, level: float) -> dict[str, Any]:
+    """The bounds of ``Δ = β_A − β_B`` at one-sided level ``level`` (see the module docstring)."""
+    delta = a.beta - b.beta
+    boot = a.seed_fit.exponent.bootstrap - b.seed_fit.exponent.bootstrap
+    se_a, se_b = a.ols.stderr, b.ols.stderr
+    se = math.sqrt(se_a**2 + se_b**2)
+    nu = welch_satterthwaite_dof(se_a, a.ols.n - 2, se_b, b.ols.n - 2)
+    ols_delta = a.ols.beta - b.ols.beta
+    _, t_upper = t_interval(ols_delta, se, nu, level=1.0 - level, side="upper")
+    t_lower, _ = t_interval(ols_delta, se, nu, level=1.0 - level, side="lower")
+    boot_hi, boot_lo = float(np.quantile(boot, 1.0 - level)), float(np.quantile(boot, level))
+    upper, lower = max(boot_hi, t_upper), min(boot_lo, t_lower)
+    return dict(stratum=stratum, delta=delta, ols_delta=ols_delta, upper=upper, lower=lower,
+                bootstrap_upper=boot_hi, t_upper=t_upper, se=se, dof=nu,
+                p_value_claim_false=float(np.mean(boot <= 0.0)), supported=bool(lower > 0.0))
+
+
+def beta_difference_check(name: str, claim: str, pairs: Sequence[tuple[str, Any, Any]],
+                          alpha: float = 0.05) -> Check:
+    """One-sided test of ``H0: β_A(S) − β_B(S) ≥ 0`` for every ``(S, A, B)`` in ``pairs``.
+
+    ``A`` and ``B`` are exponent fits with ``beta`` (the point estimate), ``seed_fit.exponent.bootstrap``
+    (the seed-bootstrap replicates of β, equal counts for A and B) and ``ols`` with ``beta``,
+    ``stderr`` and ``n`` (the OLS slope on all points), e.g. ``spectral_scaling.BetaFit``.  Per
+    pair, level ``α/len(pairs)`` (Bonferroni); the bound of each pair is in the module docstring.
+    The check fails when some pair's upper bound is below 0: the data then contradict the claim; a
+    true claim fails with probability ≤ α.  ``measured`` and ``ci`` are those of the pair with the
+    smallest upper bound; ``statistics["pairs"]`` lists every pair with ``supported`` (its lower
+    ``1 − α'`` bound > 0, i.e. the claim is positively established).
+    """
+    if not pairs:
+        raise ValueError("pairs: need at least one (stratum, fit_a, fit_b)")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    level = alpha / len(pairs)
+    rows = [_pair_bounds(stratum, a, b, level) for stratum, a, b in pairs]
+    worst = min(rows, key=lambda r: r["upper"])
+    passed = all(r["upper"] >= 0.0 for r in rows)
+    st = dict(alpha=alpha, false_failure_rate=alpha, sides="one-sided (upper bound of Δβ)",
+              method="conservative: max(seed-bootstrap percentile, Welch t on all points); Bonferroni over pairs",
+              per_pair_level=level, n_boot=int(pairs[0][1].seed_fit.exponent.bootstrap.size), pairs=rows,
+              supported=all(r["supported"] for r in rows))
+    if not passed:
+        note = (f"contradicted: Δβ({worst['stratum']}) = {worst['delta']:.3f} with upper bound "
+                f"{worst['upper']:.3f} < 0 at level {level:g}")
+    elif st["supported"]:
+        note = "supported: every lower bound of Δβ is above 0"
+    else:
+        note = ("not contradicted, but not established either: some interval for Δβ contains 0 "
+                "(the check has little power at this scale)")
+    return Check(name, claim, 0.0, worst["delta"], (worst["lower"], worst["upper"]), passed, st, note)

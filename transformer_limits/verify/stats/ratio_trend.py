@@ -1,0 +1,61 @@
+"""Trend of a ratio over a complete two-parameter grid: does err / (claimed rate) grow? (docs/theory.md
+§A.5; the ``rate_bound_holds`` checks of ``attention-depth-width`` and ``transformer-limits rate check``.)
+
+A bound err ≤ C · rate holds with some constant iff r = err / rate stays bounded.  Over a grid
+(p_1 levels) × (p_2 levels) with seeds, the seed mean r̄ of every cell is regressed jointly,
+
+    log r̄(a, b) = c + s_1 log p_1[a] + s_2 log p_2[b]      (n_1 · n_2 cells, dof = cells − 3),
+
+and each slope gets a one-sided (1 − α) lower bound: the conservative union (the smaller bound) of the
+OLS t bound (:func:`~transformer_limits.verify.stats.intervals.t_interval`, se_k = sqrt(s² [(XᵀX)⁻¹]_kk))
+and the seed-bootstrap percentile bound (the seeds resampled jointly over the grid, since seed j
+shares its law across the grid).  A slope whose lower bound is > 0 says r grows in that parameter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from transformer_limits.verify.stats.intervals import t_interval
+
+__all__ = ["ratio_trend"]
+
+
+def ratio_trend(ratio: np.ndarray, grid_L, grid_H, *, seed: int, alpha: float, n_boot: int = 2000) -> dict[str, Any]:
+    """Slopes (s_L, s_H) of ``log r̄ = a + s_L log L + s_H log H`` over the whole grid with their one-sided
+    (1 − ``alpha``) lower bounds.  ``ratio``: (n_L, n_H, seeds), positive; ``grid_L`` (n_L,), ``grid_H``
+    (n_H,); ``n_boot`` seed resamples from ``numpy.random.default_rng(seed)``.
+
+    Returns ``{"L": {...}, "H": {...}, "dof": cells − 3, "rms_log_residual": s}`` where each slope entry
+    holds ``slope``, ``lower`` (the union bound), ``t_lower``, ``bootstrap_lower`` and ``se``.
+    """
+    ratio = np.asarray(ratio, dtype=np.float64)
+    if ratio.ndim != 3 or ratio.shape[:2] != (np.size(grid_L), np.size(grid_H)):
+        raise ValueError(f"ratio must have shape (n_L={np.size(grid_L)}, n_H={np.size(grid_H)}, seeds), "
+                         f"got {ratio.shape}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    LL, HH = np.meshgrid(np.log(np.asarray(grid_L, float)), np.log(np.asarray(grid_H, float)), indexing="ij")
+    X = np.column_stack([np.ones(LL.size), LL.ravel(), HH.ravel()])
+    if X.shape[0] <= X.shape[1]:
+        raise ValueError(f"grid_L, grid_H: {X.shape[0]} cells leave no residual degrees of freedom for 3 "
+                         "coefficients (need at least 4 cells)")
+    pinv = np.linalg.pinv(X)
+    y = np.log(ratio.mean(axis=-1)).ravel()
+    beta = pinv @ y
+    dof = X.shape[0] - X.shape[1]
+    s2 = float(np.sum((y - X @ beta) ** 2)) / dof
+    se = np.sqrt(s2 * np.diag(np.linalg.inv(X.T @ X)))
+    t_low = np.array([t_interval(beta[k], se[k], dof, level=1 - alpha, side="lower")[0] for k in range(3)])
+    rng = np.random.default_rng(seed)
+    n_seeds = ratio.shape[-1]
+    idx = rng.integers(n_seeds, size=(n_boot, n_seeds))
+    boot_y = np.log(ratio[:, :, idx].mean(axis=-1)).reshape(-1, n_boot)  # (cells, n_boot)
+    boot_beta = pinv @ boot_y
+    pct_low = np.quantile(boot_beta, alpha, axis=1)
+    low = np.minimum(t_low, pct_low)
+    return {name: {"slope": float(beta[k]), "lower": float(low[k]), "t_lower": float(t_low[k]),
+                   "bootstrap_lower": float(pct_low[k]), "se": float(se[k])}
+            for k, name in ((1, "L"), (2, "H"))} | {"dof": dof, "rms_log_residual": float(np.sqrt(s2))}
