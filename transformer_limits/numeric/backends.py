@@ -51,14 +51,17 @@ class Backend:
 
     @property
     def status(self) -> BackendStatus:
+        """This backend's probe result in this process (cached)."""
         return _status_by_name()[self.name]
 
     @property
     def available(self) -> bool:
+        """Whether the backend works here."""
         return self.status.available
 
     @property
     def reason(self) -> str:
+        """Why it works here, or why not (one line)."""
         return self.status.reason
 
 

@@ -49,6 +49,20 @@ class CheckSpec:
                                                and math.isfinite(self.tolerance) and self.tolerance >= 0):
             raise ValueError(f"tolerance must be None or a finite number >= 0, got {self.tolerance!r}")
 
+    @property
+    def required_alpha(self) -> float:
+        """The declared ``alpha``, for a check whose run needs one (ValueError if it is undeclared)."""
+        if self.alpha is None:
+            raise ValueError(f"check {self.name} declares no alpha, but its run needs one")
+        return self.alpha
+
+    @property
+    def required_tolerance(self) -> float:
+        """The declared ``tolerance``, for a check whose run needs one (ValueError if it is undeclared)."""
+        if self.tolerance is None:
+            raise ValueError(f"check {self.name} declares no tolerance, but its run needs one")
+        return self.tolerance
+
     @classmethod
     def of(cls, item: "CheckSpec | str") -> "CheckSpec":
         """``item`` itself, or ``CheckSpec(item)`` for a bare name (a check with nothing else declared)."""

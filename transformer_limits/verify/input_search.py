@@ -81,10 +81,14 @@ def ascend(A: InputMap, B: InputMap, X: np.ndarray, *, radius: float, iterations
     """Projected Adam ascent of ½|A(X)^1 − B(X)^1|² from X (N, d), ``iterations`` steps (so
     ``iterations + 1`` evaluations).  Returns (largest error evaluated, its input); ``best`` is a
     (value, input) pair found earlier, replaced only by a worse case (:func:`is_worse`)."""
+    if iterations < 0:
+        raise ValueError(f"iterations must be >= 0, got {iterations}")
     best_value, best_X = (None, None) if best is None else best
     opt = AdamW([np.asarray(X, dtype=np.float64)], lr=_step_size(lr, radius), betas=BETAS, eps=EPS,
                 weight_decay=0.0)
-    X = opt.params[0]  # the optimizer's live array: projected in place after every step
+    live = opt.params
+    assert isinstance(live, list)  # params given as a list come back as one
+    X = live[0]  # the optimizer's live array: projected in place after every step
     for k in range(iterations + 1):
         a, vjp_a = A.evaluate(X)
         b, vjp_b = B.evaluate(X)
@@ -98,6 +102,7 @@ def ascend(A: InputMap, B: InputMap, X: np.ndarray, *, radius: float, iterations
         r[0] = diff
         opt.step([vjp_b(r) - vjp_a(r)])  # AdamW descends: the negated gradient of f ascends
         X[...] = project_to_ball(X, radius)
+    assert best_value is not None and best_X is not None  # the first evaluation always replaces None
     return best_value, best_X
 
 
@@ -106,10 +111,13 @@ def sup_error(A: InputMap, B: InputMap, N: int, d: int, *, radius: float, rng: n
     """(estimated sup_{X0 in B_R^N} |A(X0)^1 − B(X0)^1|, the worst X0 (N, d) found): :func:`ascend`
     from ``restarts`` random starts (odd restarts on the sphere, even ones uniformly in the ball; one
     ``rng.integers(2**32)`` seed per start)."""
+    if restarts < 1:
+        raise ValueError(f"restarts must be >= 1, got {restarts}")
     best = None
     for start in range(restarts):
         best = ascend(A, B, _random_start(N, d, start, radius, rng), radius=radius, iterations=iterations,
                       lr=lr, best=best)
+    assert best is not None  # restarts >= 1 ascents ran
     return best
 
 

@@ -302,13 +302,14 @@ def _combined(name: str, text: str, expected: float, checks: list, alpha: float,
 def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, list[_Line]], grid: bool, *,
              alpha: float, n_boot: int | None, seed: int, window: str, noise_floor: float | None,
              aggregate: str) -> RateCheckResult:
+    from transformer_limits.verify.check_spec import CheckSpec
     from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
     from transformer_limits.verify.stats.multi_term import fit_rate_claim
     from transformer_limits.verify.stats.power_law import fit_power_law
     from transformer_limits.verify.rate_plots import RateSeries, grid_heatmap, rate_figure
     from transformer_limits.verify.verdicts import Check, fit_adequate, rate_at_least
 
-    boot = {} if n_boot is None else {"n_boot": int(n_boot)}
+    boot: dict[str, Any] = {} if n_boot is None else {"n_boot": int(n_boot)}  # only a given n_boot is passed on
     table = {p: rd.params[p] for p in claim.parameters}
     constants = fit_rate_claim(claim, table, rd.errors, seed=seed, aggregate=aggregate, **boot)
     predicted = constants.predict(table)
@@ -417,8 +418,9 @@ def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, 
         shown = lines[p]
         if len(shown) > 7:  # at most 7 series a panel: evenly spaced lines
             shown = [shown[k] for k in np.unique(np.linspace(0, len(shown) - 1, 7).round().astype(int))]
-        q = None if _exponent_testable(claim, p) is not None else float(claim.leading_exponent(p))
-        series = [RateSeries(ln.label, rd.params[p][ln.idx], rd.errors[ln.idx], line_fits.get((p, ln.label)), q)
+        claimed_q = None if _exponent_testable(claim, p) is not None else float(claim.leading_exponent(p))
+        series = [RateSeries(ln.label, rd.params[p][ln.idx], rd.errors[ln.idx], line_fits.get((p, ln.label)),
+                             claimed_q)
                   for ln in shown]
         if series:
             figures.append(rate_figure(f"rate_check_{p}", f"error vs {p} on each line in {p} (the other parameters "
@@ -437,7 +439,7 @@ def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, 
     experiment = Experiment(
         name="rate-check", title=f"Rate check of {claim.name} on {rd.source}", paper="user data",
         claim=f"err = O({expression}) in {', '.join(names)} (constants fitted; each check at alpha = {alpha:g})",
-        derivations=(), checks=tuple(c.name for c in checks), run=lambda config: result)
+        derivations=(), checks=tuple(CheckSpec(c.name) for c in checks), run=lambda config: result)
     config = ExperimentConfig(profile="quick", seed=seed)
     return RateCheckResult(result, experiment, config, claim, rd,
                            {k: v.value for k, v in constants.constants.items()})

@@ -79,6 +79,7 @@ class ClaimParser:
                 at = pos + (len(text[pos:]) - len(text[pos:].lstrip()))
                 raise self.error(f"unexpected character {bad!r}", at)
             kind = m.lastgroup
+            assert kind is not None  # every alternative of TOKEN is a named group
             value = m.group(kind)
             if kind == "number":
                 self.check_number(value, m.start(kind))
@@ -124,8 +125,7 @@ class ClaimParser:
         if not self.tokens:
             raise self.error("empty claim", 0)
         terms = [self.term()]
-        while self.peek() is not None:
-            tok = self.peek()
+        while (tok := self.peek()) is not None:
             if tok[1] == "-":
                 raise self.error("'-' between terms (the terms of a rate bound are non-negative; use '+')")
             if tok[1] != "+":
@@ -194,7 +194,8 @@ class ClaimParser:
                 raise self.error(
                     f"numeric constant {value!r} (constants are fitted: write a coefficient name like C1)", pos)
             self.i += 1
-            exps, logs = {}, {}
+            exps: dict[str, Fraction] = {}
+            logs: dict[str, Fraction] = {}
         elif kind == "name" and value in RESERVED:
             self.i += 1
             self.expect("(")

@@ -201,7 +201,7 @@ def read_rate_data(data: Any, params: Sequence[str], *, error: str = "error",
     if seed_column is None and "seed" in columns and "seed" not in params and error != "seed":
         seed_column = "seed"
     wanted = [(p, "a parameter of the claim") for p in params] + [(error, "the error column")]
-    if explicit_seed:
+    if explicit_seed and seed_column is not None:
         wanted.append((seed_column, "the seed column"))
     for name, role in wanted:
         if name not in columns:

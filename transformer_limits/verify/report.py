@@ -16,6 +16,7 @@ import hashlib
 import html
 import json
 import math
+import os
 import platform
 import re
 import subprocess
@@ -71,7 +72,7 @@ def environment() -> dict[str, Any]:
     """Versions of Python and the scientific stack, the platform and the git commit (cached)."""
     from transformer_limits import __version__
 
-    versions = {"python": platform.python_version()}
+    versions: dict[str, str | None] = {"python": platform.python_version()}
     versions.update({p: _version(p) for p in _PACKAGES})
     versions["transformer_limits"] = versions["transformer_limits"] or __version__
     return {"versions": versions, "platform": platform.platform(), "git_commit": _git_commit()}
@@ -353,7 +354,7 @@ def _html(payload: dict, pngs: dict[str, bytes]) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def write_experiment_report(result: ExperimentResult, out_dir: str | Path, experiment: Experiment,
+def write_experiment_report(result: ExperimentResult, out_dir: str | os.PathLike, experiment: Experiment,
                             config: ExperimentConfig) -> dict:
     """Write ``results.json``, ``report.md``, ``report.html`` and one PNG per figure into ``out_dir``.
 

@@ -150,7 +150,7 @@ def run_points(config: ExperimentConfig, fn: Callable[[dict[str, Any]], Mapping[
     fn = worker_safe(fn)
 
     sweep_config = {"profile": config.profile, "seed": config.seed, "version": version}
-    options = dict(experiment=experiment, config=sweep_config, workers=config.workers,
+    options: dict[str, Any] = dict(experiment=experiment, config=sweep_config, workers=config.workers,
                    scheduler=config.scheduler, progress=config.progress)
     if config.store:
         return run_sweep(fn, grid, config.store, **options)

@@ -40,7 +40,8 @@ def read_points_csv(path: str | os.PathLike) -> dict[tuple[str, str, str], tuple
                              f"(need {','.join(POINT_COLUMNS)}; found {','.join(header) or 'nothing'})")
         reader.fieldnames = header
         for line, row in enumerate(reader, start=2):
-            key = tuple((row.get(c) or "").strip() for c in POINT_COLUMNS[:3])
+            optimizer, stratum, metric = ((row.get(c) or "").strip() for c in POINT_COLUMNS[:3])
+            key = (optimizer, stratum, metric)
             for col, val in zip(POINT_COLUMNS[:3], key):
                 if not val:
                     raise ValueError(f"{path}: row {line}: column {col!r} is empty")

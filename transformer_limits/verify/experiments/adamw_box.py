@@ -106,9 +106,9 @@ def box_margins(s: dict[str, Any], seed: int, optimizer: str, *, coupled: bool =
     beta1, beta2 = s["betas"]
     lam = s["weight_decay"]
     if coupled:
-        model = CoupledDecayModel(d, s["d_k"], s["d_v"], backend="blas")
-        model.l2 = lam
-        radii = train_with_radii(model, X0, params, loss, s["box_steps"], optimizer=optimizer, lr=s["lr"],
+        coupled_model = CoupledDecayModel(d, s["d_k"], s["d_v"], backend="blas")
+        coupled_model.l2 = lam
+        radii = train_with_radii(coupled_model, X0, params, loss, s["box_steps"], optimizer=optimizer, lr=s["lr"],
                                  betas=s["betas"], eps=s["eps"], weight_decay=0.0)
     else:
         model = AttentionTransformer(d, s["d_k"], s["d_v"], backend="blas")
@@ -185,9 +185,9 @@ def run(config: ExperimentConfig, *, coupled_decay: bool = False,
     fit_b_op = fit_power_law({"d": d}, drifts["blockwise"][1], window="all", seed=config.seed)
     fit_c_op = fit_power_law({"d": d}, drifts["adamw"][1], window="all", seed=config.seed)
     spec_b, spec_c = BLOCKWISE_DIMENSION_FREE, COORDINATEWISE_EXPONENT
-    check_b = slope_zero(fit_b, spec_b.alpha, tolerance=spec_b.tolerance)
+    check_b = slope_zero(fit_b, spec_b.required_alpha, tolerance=spec_b.required_tolerance)
     check_b.name = spec_b.name
-    check_c = exponent_equals(fit_c, 0.5, spec_c.alpha, tolerance=spec_c.tolerance)
+    check_c = exponent_equals(fit_c, 0.5, spec_c.required_alpha, tolerance=spec_c.required_tolerance)
     check_c.name = spec_c.name
     result = ExperimentResult("adamw-box", config.profile, checks=[_box_check(rows, s), check_b, check_c])
     result.fits = {"blockwise_frobenius": fit_b.to_dict(), "adamw_frobenius": fit_c.to_dict(),
@@ -195,7 +195,7 @@ def run(config: ExperimentConfig, *, coupled_decay: bool = False,
     exps = []
     for label, fit in (("blockwise, Frobenius", fit_b), ("coordinatewise, Frobenius", fit_c),
                        ("blockwise, operator", fit_b_op), ("coordinatewise, operator", fit_c_op)):
-        lo, hi = fit.interval("exponent", 1 - spec_b.alpha)
+        lo, hi = fit.interval("exponent", 1 - spec_b.required_alpha)
         exps.append({"drift": label, "exponent_of_d": fit.exponent.value, "ci_low_99": lo, "ci_high_99": hi})
     result.tables = {"box": rows, "drift_exponents": exps,
                      "drift": [{"d": int(dd), **{f"{opt}_{kind}": float(drifts[opt][k][i].mean())

@@ -79,7 +79,7 @@ CHECKS = (
     CheckSpec("trained_exponent_L", verdict="exponent_equals", alpha=0.01, tolerance=0.15),
     CheckSpec("trained_exponent_H", verdict="exponent_equals", alpha=0.01, tolerance=0.15),
 )
-ALPHA, TOLERANCE = CHECKS[0].alpha, CHECKS[0].tolerance
+ALPHA, TOLERANCE = CHECKS[0].required_alpha, CHECKS[0].required_tolerance
 CLAIM = "L^-1 + L^-1/3 H^-1/2"
 DOMINATED_CLAIM = "L^-1 + L^-1/3 H^-1/2 + L^-1/2 H^-1/2"
 
@@ -183,7 +183,9 @@ def family_tasks(s: dict[str, Any]) -> list[dict[str, Any]]:
     is not left waiting on one long point at the end).  ``a``/``b`` index the L/H levels; ``None``
     means the whole row for seed j (trained families: one training per seed serves every level)."""
     nL, nH = len(s["L_levels"]), len(s["H_levels"])
-    tasks = [(("depth", j, i, None), s["L_levels"][i]) for j in range(s["seeds_L"]) for i in range(nL)]
+    # ((family, j, a, b), cost)
+    tasks: list[tuple[tuple[str, int, int | None, int | None], float]] = [
+        (("depth", j, i, None), s["L_levels"][i]) for j in range(s["seeds_L"]) for i in range(nL)]
     tasks += [(("heads", j, None, b), s["L_H"] * s["H_levels"][b]) for j in range(s["seeds_H"]) for b in range(nH)]
     tasks += [(("cross", j, a, None), s["cross_L"][a] * s["cross_H"])
               for j in range(s["seeds_H"]) for a in range(len(s["cross_L"]))]
@@ -252,14 +254,15 @@ def run_families(config: ExperimentConfig, s: dict[str, Any], head_scale: str = 
               "heads": np.empty((nH, s["seeds_H"])), "heads_trained": np.empty((nH, s["seeds_H"])),
               "cross": np.empty((nc, s["seeds_H"])),
               "grid": np.empty((len(s["grid_L"]), len(s["grid_H"]), s["seeds_grid"]))}
-    label = {"depth": lambda i: f"L={s['L_levels'][i]}", "heads": lambda k: f"L={s['L_H']}, H={s['H_levels'][k]}",
-             "cross": lambda a: f"L={s['cross_L'][a]}, H={s['cross_H']}",
-             "grid": lambda a, b: f"L={s['grid_L'][a]}, H={s['grid_H'][b]}"}
+    label: dict[str, Callable[..., str]] = {
+        "depth": lambda i: f"L={s['L_levels'][i]}", "heads": lambda k: f"L={s['L_H']}, H={s['H_levels'][k]}",
+        "cross": lambda a: f"L={s['cross_L'][a]}, H={s['cross_H']}",
+        "grid": lambda a, b: f"L={s['grid_L'][a]}, H={s['grid_H'][b]}"}
     label["depth_trained"], label["heads_trained"] = label["depth"], label["heads"]
     seconds: dict[str, float] = {}
     worst = WorstInputs(s["radius"])
     for record in sweep.records:
-        family, j, res = record.params["family"], record.params["j"], record.result
+        family, j, res = record.params["family"], record.params["j"], record.completed_result
         seconds[family] = seconds.get(family, 0.0) + (record.elapsed_s or 0.0)
         for cell, e, X in zip(res["cells"], res["errors"], res["inputs"]):
             arrays[family][(*cell, j)] = e

@@ -22,7 +22,7 @@ experiment declares their checks (:func:`declared_checks`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -158,7 +158,7 @@ def cases_for(profile: str) -> list[TaylorCase]:
 def evaluate_expansion(expansion: TaylorExpansion, cases: Sequence[TaylorCase], seed: int,
                        **steps: float) -> list[TaylorResult]:
     """``taylor_test`` of ``expansion`` on each case (seeded by the case and ``seed``)."""
-    options = {**TAYLOR_STEPS, **steps}
+    options: dict[str, Any] = {**TAYLOR_STEPS, **steps}  # floats and the int "levels"
     out = []
     for case in cases:
         rng = np.random.default_rng(case.seed(seed))  # same data for every expansion

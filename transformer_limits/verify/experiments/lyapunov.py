@@ -114,7 +114,7 @@ def richardson(coarse: tuple[float, float], fine: tuple[float, float], dt: float
 
 
 def lyapunov_z_test(estimates: Sequence[float], standard_errors: Sequence[float], predicted: Sequence[float],
-                    alpha: float = LYAPUNOV_AGREES.alpha,
+                    alpha: float = LYAPUNOV_AGREES.required_alpha,
                     labels: Sequence[str] | None = None) -> tuple[Check, np.ndarray]:
     """Bonferroni family of two-sided z-tests H0_s: E λ̂_s = predicted_s; returns the Check and the z's.
 
@@ -215,7 +215,7 @@ def run(config: ExperimentConfig, *, formula: Callable[[str, int, float], float]
                                     c["dt"]))
     predicted = [formula(*s) if formula else theory[s]["lambda_1"] for s in prof.settings]
     check, z = lyapunov_z_test([e.estimate for e in estimates], [e.standard_error for e in estimates],
-                               predicted, LYAPUNOV_AGREES.alpha, labels)
+                               predicted, LYAPUNOV_AGREES.required_alpha, labels)
     result = ExperimentResult("lyapunov", config.profile, checks=[check])
     rows = []
     for s, e, zs, pred in zip(prof.settings, estimates, z, predicted):

@@ -111,9 +111,9 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     fit_L = fit_power_law({"L": L}, grid, expected=-1.0, window="all", seed=config.seed)
     fit_sup = fit_power_law({"L": L}, sup, window="all", seed=config.seed)
     fit_m = fit_power_law({"m": m}, width, expected=-1.0, window="all", seed=config.seed)
-    check_L = exponent_equals(fit_L, -1.0, EXPONENT_L.alpha, tolerance=EXPONENT_L.tolerance)
+    check_L = exponent_equals(fit_L, -1.0, EXPONENT_L.required_alpha, tolerance=EXPONENT_L.required_tolerance)
     check_L.name = EXPONENT_L.name
-    check_m = exponent_equals(fit_m, -1.0, EXPONENT_M.alpha, tolerance=EXPONENT_M.tolerance)
+    check_m = exponent_equals(fit_m, -1.0, EXPONENT_M.required_alpha, tolerance=EXPONENT_M.required_tolerance)
     check_m.name = EXPONENT_M.name
     log_ratio = sup.mean(axis=1) / (np.log(L) / L)
     result = ExperimentResult(experiment="sde-limit", profile=config.profile, checks=[check_L, check_m])

@@ -189,7 +189,7 @@ def ordering_check(name: str, pairs: tuple[tuple[str, str], ...], fits: Mapping[
     if not pairs:
         raise ValueError("pairs: need at least one (higher, lower) pair")
     level = alpha / len(pairs)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for a, b in pairs:
         missing = [o for o in (a, b) if (o, "hard") not in fits]
         if missing:
@@ -360,7 +360,7 @@ CHECKS = (CheckSpec("published_betas_reproduced", verdict="deterministic (refit 
             for name in ORDERINGS))
 
 # what the experiment and its wrong variant share
-_COMMON = dict(paper="C", claim=CLAIM, derivations=(), checks=CHECKS, budget_s={"quick": 1.0, "full": 1.0})
+_COMMON: dict[str, Any] = dict(paper="C", claim=CLAIM, derivations=(), checks=CHECKS, budget_s={"quick": 1.0, "full": 1.0})
 
 register_experiment(Experiment(
     name="spectral-released",

@@ -77,7 +77,7 @@ def decay_fit(times: np.ndarray, energies: np.ndarray, seed: int = 0) -> PowerLa
     return fit_power_law({"e^t": np.exp(times)}, energies, window="all", seed=seed)
 
 
-def decay_rate_check(fit: PowerLawFit, bound_rate: float, alpha: float = DECAY_RATE_BOUND.alpha) -> Check:
+def decay_rate_check(fit: PowerLawFit, bound_rate: float, alpha: float = DECAY_RATE_BOUND.required_alpha) -> Check:
     """``decay_rate_bound``: the claimed rate is a decay and the measured rate is not slower."""
     base = rate_at_least(fit, bound_rate, alpha)
     sign_ok = bound_rate < 0
@@ -92,10 +92,10 @@ def decay_rate_check(fit: PowerLawFit, bound_rate: float, alpha: float = DECAY_R
 
 
 def sign_change_check(fit_pos: PowerLawFit, fit_neg: PowerLawFit, lambda_bar_pos: float,
-                      lambda_bar_neg: float, alpha: float = SIGN_CHANGE_D3.alpha) -> Check:
+                      lambda_bar_neg: float, alpha: float = SIGN_CHANGE_D3.required_alpha) -> Check:
     """``sign_change_d3``: λ̄ > 0 at the contrast setting, < 0 at the synchronising one, and the decay
     rate is significantly slower where λ̄ > 0 (one-sided bootstrap bound of the rate difference)."""
-    b_pos, b_neg = fit_pos.exponent.bootstrap, fit_neg.exponent.bootstrap
+    b_pos, b_neg = fit_pos.exponent.required_bootstrap, fit_neg.exponent.required_bootstrap
     n = min(b_pos.size, b_neg.size)
     diff = b_pos[:n] - b_neg[:n]
     measured = fit_pos.exponent.value - fit_neg.exponent.value

@@ -61,7 +61,7 @@ __all__ = ["SETTINGS", "COUNTING_WIDTH", "token_ladder", "token_errors", "evalua
 SLOPE_IN_LOG_N = CheckSpec("slope_in_log_N",
                            "sup error independent of N: b = 0 in log e = a + b log(log N) (covering bound: b = 1/2)",
                            verdict="slope_zero", alpha=0.01, tolerance=0.2)
-ALPHA, TOLERANCE = SLOPE_IN_LOG_N.alpha, SLOPE_IN_LOG_N.tolerance
+ALPHA, TOLERANCE = SLOPE_IN_LOG_N.required_alpha, SLOPE_IN_LOG_N.required_tolerance
 #: kernel width δ / R of the deliberately wrong counting head (~0 at random inputs; wrong_models.py)
 COUNTING_WIDTH = 0.01
 
@@ -129,7 +129,7 @@ def token_errors_sweep(config: ExperimentConfig, s: dict[str, Any], *,
     worst = WorstInputs(s["radius"])
     for record in sweep.records:
         j = record.params["j"]
-        for i, (e, X) in enumerate(zip(record.result["errors"], record.result["inputs"])):
+        for i, (e, X) in enumerate(zip(record.completed_result["errors"], record.completed_result["inputs"])):
             out[i, j] = e
             worst.add("iid vs limit", f"N={s['N_levels'][i]}", j, e, X, (i,))
     return out, sum(r.elapsed_s or 0.0 for r in sweep.records), worst

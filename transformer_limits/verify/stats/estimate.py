@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from transformer_limits.verify.stats.intervals import t_interval
+from transformer_limits.verify.stats.intervals import Side, t_interval
 
 __all__ = ["CI_METHODS", "SIDES", "Estimate", "bca_constants", "one_sided_p_value"]
 
@@ -52,7 +52,7 @@ class Estimate:
     dof: int | None = None
     log_scale: bool = False
 
-    def interval(self, confidence: float = 0.95, side: str = "two-sided",
+    def interval(self, confidence: float = 0.95, side: Side = "two-sided",
                  method: str = "conservative") -> tuple[float, float]:
         """Confidence interval ``(low, high)`` at level ``confidence``.
 
@@ -91,7 +91,7 @@ class Estimate:
             return float("-inf"), float(high)
         return float(low), float(high)
 
-    def _t_bounds(self, confidence: float, side: str) -> np.ndarray:
+    def _t_bounds(self, confidence: float, side: Side) -> np.ndarray:
         """(low, high) of the t interval (:func:`~transformer_limits.verify.stats.intervals.t_interval`),
         exp of the log-scale interval when ``log_scale``; the whole line without residual dof."""
         if self.se is None or self.dof is None:
@@ -110,6 +110,13 @@ class Estimate:
         if method == "bca" and self.jackknife is not None:
             levels = _bca_levels(boot, self.value, self.jackknife, levels)
         return np.quantile(boot, levels)
+
+    @property
+    def required_bootstrap(self) -> np.ndarray:
+        """``bootstrap``, for a computation that needs the replicates (ValueError without them)."""
+        if self.bootstrap is None:
+            raise ValueError(f"{self.name!r} has no bootstrap replicates (n_seeds >= 2 gives them)")
+        return self.bootstrap
 
     @property
     def standard_error(self) -> float:

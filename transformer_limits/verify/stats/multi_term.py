@@ -19,6 +19,7 @@ from scipy import optimize
 from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
 from transformer_limits.verify.stats.estimate import Estimate
 from transformer_limits.verify.stats.fit_quality import FitQuality, fit_quality
+from transformer_limits.verify.stats.intervals import Side
 from transformer_limits.verify.stats.seed_bootstrap import as_errors, check_fit_options, seed_replicates
 
 __all__ = ["MultiTermFit", "fit_rate_claim"]
@@ -48,7 +49,7 @@ class MultiTermFit:
             raise ValueError(f"name must be one of the coefficients {sorted(self.constants)}, got {name!r}")
         return self.constants[name]
 
-    def interval(self, name: str, confidence: float | None = None, side: str = "two-sided",
+    def interval(self, name: str, confidence: float | None = None, side: Side = "two-sided",
                  method: str | None = None) -> tuple[float, float]:
         return self.estimate(name).interval(confidence or self.confidence, side, method or self.method)
 
@@ -125,7 +126,7 @@ def fit_rate_claim(
     reps = seed_replicates(e, n_boot, seed, resample, aggregate)
     coef = _relative_nnls(design, np.exp(reps.observed), reweight)
     boot = jack = None
-    if reps.bootstrap is not None:
+    if reps.bootstrap is not None and reps.jackknife is not None:  # both or neither (seed_replicates)
         boot = np.array([_relative_nnls(design, np.exp(row), reweight) for row in reps.bootstrap])
         if method == "bca" and reps.jackknife.shape[0] <= max_jackknife:
             jack = np.array([_relative_nnls(design, np.exp(row), reweight) for row in reps.jackknife])

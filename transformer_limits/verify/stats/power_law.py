@@ -28,6 +28,7 @@ from transformer_limits.verify.stats.asymptotic_window import (
 )
 from transformer_limits.verify.stats.estimate import CI_METHODS, Estimate
 from transformer_limits.verify.stats.fit_quality import FitQuality, fit_quality
+from transformer_limits.verify.stats.intervals import Side
 from transformer_limits.verify.stats.seed_bootstrap import (
     check_fit_options,
     ols_line,
@@ -68,7 +69,7 @@ class PowerLawFit:
             raise ValueError(f"name must be 'exponent' or 'constant' for a power-law fit, got {name!r}")
         return getattr(self, name)
 
-    def interval(self, name: str = "exponent", confidence: float | None = None, side: str = "two-sided",
+    def interval(self, name: str = "exponent", confidence: float | None = None, side: Side = "two-sided",
                  method: str | None = None) -> tuple[float, float]:
         return self.estimate(name).interval(confidence or self.confidence, side, method or self.method)
 
@@ -139,7 +140,7 @@ def fit_power_law(
     se_slope = np.sqrt(s2 / sxx) if dof > 0 else None
     se_intercept = np.sqrt(s2 * (1.0 / n + x.mean() ** 2 / sxx)) if dof > 0 else None
     boot_b = boot_a = jack_b = jack_a = None
-    if reps.bootstrap is not None:
+    if reps.bootstrap is not None and reps.jackknife is not None:  # both or neither (seed_replicates)
         boot_b, boot_a = ols_line(x, reps.bootstrap[:, idx])
         jack_b, jack_a = ols_line(x, reps.jackknife[:, idx])
         changed = np.any(reps.jackknife[:, idx] != reps.observed[idx], axis=1)  # deletions at used levels

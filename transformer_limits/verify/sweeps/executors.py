@@ -41,7 +41,8 @@ def _limit_numba_threads(threads: int) -> None:
     """Pool initializer: each of W workers gets cpus // W Numba threads (no oversubscription)."""
     import numba
 
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    # numba.config assigns NUMBA_NUM_THREADS through globals() at import, out of mypy's sight
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
 
 
 # Linux has prctl(PR_SET_PDEATHSIG); elsewhere (or with this off, as a test does) a watchdog thread
@@ -124,7 +125,7 @@ def _checked_value(fn: Callable[[dict[str, Any]], Mapping[str, Any]], params: di
 class SerialExecutor(Executor):
     """Runs each submission at once in this process (``workers=1``)."""
 
-    def submit(self, fn, /, *args, **kwargs):
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         future: Future = Future()
         try:
             future.set_result(fn(*args, **kwargs))

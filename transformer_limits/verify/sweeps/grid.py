@@ -175,6 +175,11 @@ class Factor:
     seed_base: int | None = None
     zip_group: str | None = None
 
+    def __post_init__(self) -> None:
+        if (self.seed_name is None) != (self.seed_base is None):
+            raise ValueError(f"seed_name and seed_base must be given together, got seed_name={self.seed_name!r}, "
+                             f"seed_base={self.seed_base!r}")
+
 
 @dataclass(frozen=True)
 class GridPoint:
@@ -211,17 +216,19 @@ class Grid:
 
     def expand(self) -> list[GridPoint]:
         """All points in grid order, each with its store key and derived seeds."""
-        seeds = [f for f in self.factors if f.seed_name is not None]
+        # (name, base) of each seed axis; a Factor has both or neither
+        seeds = [(f.seed_name, f.seed_base) for f in self.factors
+                 if f.seed_name is not None and f.seed_base is not None]
         out: list[GridPoint] = []
         for index, combo in enumerate(itertools.product(*(f.rows for f in self.factors))):
             base = dict(self.fixed)
             for factor, row in zip(self.factors, combo):
                 base.update(zip(factor.names, row))
             params = dict(base)
-            for f in seeds:
-                params[f.seed_name] = derive_seed(f.seed_base, base, f.seed_name)
+            for name, seed_base in seeds:
+                params[name] = derive_seed(seed_base, base, name)
             # the seed bases belong to the key: another base is another point, never a stale hit
-            key = dict(base, **{f"{f.seed_name}_base": f.seed_base for f in seeds})
+            key = dict(base, **{f"{name}_base": seed_base for name, seed_base in seeds})
             out.append(GridPoint(index=index, key=canonical_json(key), params=params))
         return out
 

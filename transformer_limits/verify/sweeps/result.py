@@ -44,7 +44,7 @@ class SweepResult:
     @property
     def table(self) -> list[dict[str, Any]]:
         """Rows ``{**params, **result}`` of the points with status ``"ok"``, in grid order."""
-        return [{**r.params, **r.result} for r in self.records if r.status == "ok"]
+        return [{**r.params, **r.completed_result} for r in self.records if r.status == "ok"]
 
     @property
     def errors(self) -> list[PointRecord]:

@@ -87,6 +87,13 @@ class PointRecord:
     worker: str | None = None
     attempts: int = 0
 
+    @property
+    def completed_result(self) -> dict[str, Any]:
+        """``result`` of a point with status ``"ok"`` (StoreError for a pending or failed point)."""
+        if self.result is None:
+            raise StoreError(f"point {self.key} has status {self.status!r} and no result")
+        return self.result
+
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _TABLE_COLUMNS = {
@@ -136,7 +143,7 @@ class SweepStore:
         existed = self.path.exists()
         if existed and not self.path.is_file():
             raise StoreError(f"store {str(self.path)!r} is not a regular file")
-        self._conn = None
+        self._conn: sqlite3.Connection | None = None
         try:
             if existed:
                 with self.path.open("rb") as fh:
@@ -153,8 +160,15 @@ class SweepStore:
             self._abandon(existed)
             raise StoreError(_store_problem(self.path, exc, self.timeout)) from None
 
+    @property
+    def _connection(self) -> sqlite3.Connection:
+        """The open SQLite connection (StoreError while opening has not connected yet)."""
+        if self._conn is None:
+            raise StoreError(f"store {str(self.path)!r} is not connected")
+        return self._conn
+
     def _open(self) -> None:
-        conn = self._conn
+        conn = self._connection
         check = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
         if check != ["ok"]:
             raise StoreError(f"store {str(self.path)!r} is corrupted (quick_check: {'; '.join(map(str, check[:3]))}); "
@@ -200,22 +214,23 @@ class SweepStore:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` when the block raises."""
-        self._conn.execute("BEGIN IMMEDIATE")
+        conn = self._connection
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            yield self._conn
+            yield conn
         except BaseException:
             try:
-                self._conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass  # SQLite already rolled back (e.g. after SQLITE_FULL); keep the first error
             raise
-        self._conn.execute("COMMIT")
+        conn.execute("COMMIT")
 
     def _fail_write(self, exc: BaseException) -> EnvironmentFailure:
         return EnvironmentFailure(f"could not write to sweep {_store_problem(self.path, exc, self.timeout)}")
 
     def close(self) -> None:
-        self._conn.close()
+        self._connection.close()
 
     def __enter__(self) -> "SweepStore":
         return self
@@ -263,7 +278,7 @@ class SweepStore:
     # -- reads ------------------------------------------------------------------------------------
     def statuses(self, experiment: str, chash: str) -> dict[str, str]:
         """``{point_key: status}`` of the stored points of one experiment and config."""
-        rows = self._conn.execute(
+        rows = self._connection.execute(
             "SELECT point_key, status FROM sweep_points WHERE experiment = ? AND config_hash = ?",
             (experiment, chash),
         )
@@ -271,7 +286,7 @@ class SweepStore:
 
     def rows(self, experiment: str, chash: str) -> dict[str, dict[str, Any]]:
         """``{point_key: row}`` with ``params``/``result`` decoded from JSON."""
-        cur = self._conn.execute(
+        cur = self._connection.execute(
             f"SELECT {', '.join(_COLUMNS)} FROM sweep_points "
             "WHERE experiment = ? AND config_hash = ?",
             (experiment, chash),
@@ -293,7 +308,7 @@ class SweepStore:
 
     def experiments(self) -> list[dict[str, Any]]:
         """Registered (experiment, config hash, config, function) with their point counts."""
-        cur = self._conn.execute(
+        cur = self._connection.execute(
             """SELECT c.experiment, c.config_hash, c.config, c.function,
                       SUM(p.status = 'ok'), SUM(p.status = 'error')
                FROM sweep_configs c LEFT JOIN sweep_points p
