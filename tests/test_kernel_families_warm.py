@@ -103,8 +103,9 @@ def test_backend_without_the_family_flavour_lists_the_supported_ones():
         AttentionKernels(2, 2, 2, backend="blas")
     with pytest.raises(ValueError, match=r"supported: numpy, blas, numba\)"):
         AttentionLayer(2, 2, 2, backend="cupy")
-    with pytest.raises(ValueError, match=r"not supported by the MLP-field kernels \(supported: numpy, numba\)"):
-        MLPFieldKernels("relu", backend="numba-cuda")
+    with pytest.raises(ValueError, match=r"not supported by the MLP-field kernels \(supported: numpy, numba, "
+                                          r"numba-cuda, numba-cuda-sim, cupy\)"):
+        MLPFieldKernels("relu", backend="blas")
 
 
 def test_unavailable_backend_states_the_probe_reason():

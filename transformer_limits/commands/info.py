@@ -1,4 +1,5 @@
-"""``transformer-limits info``: versions and which kernel backends are usable here, with reasons."""
+"""``transformer-limits info``: versions, which kernel backends are usable here (with reasons) and the
+device ``--device auto`` would use, and why (:func:`transformer_limits.numeric.devices.resolve_device`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     from transformer_limits import __version__
     from transformer_limits.numeric.backends import backend_status, nvcc_path
+    from transformer_limits.numeric.devices import resolve_device
     from transformer_limits.kernel_cache import cache_dir
 
     versions = {
@@ -37,12 +39,14 @@ def run(args: argparse.Namespace) -> int:
     from transformer_limits import resource_limits as rl
 
     backends = [s.__dict__ for s in backend_status()]
+    auto = resolve_device("auto")
     limits = {"max_bootstrap_replicates": rl.MAX_BOOTSTRAP_REPLICATES,
               "memory_budget_bytes": rl.MEMORY_BUDGET_BYTES,
               "max_kernel_dimension": rl.MAX_KERNEL_DIMENSION}
     payload = {
         "versions": versions,
         "backends": backends,
+        "device": {"device": auto.device, "reason": auto.reason},
         "nvcc": nvcc_path(),
         "kernel_cache": str(cache_dir()),
         "platform": platform.platform(),
@@ -55,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         mark = "yes" if b["available"] else "no "
         ver = b["version"] or "-"
         lines.append(f"  {b['name']:<16} {mark}  {ver:<10} {b['reason']}")
+    lines += ["", f"device: {auto.device} (why: {auto.reason}), what --device auto uses"]
     lines += ["", f"nvcc:          {payload['nvcc'] or 'not on PATH (CUDA C sources are not compiled)'}",
               f"kernel cache:  {payload['kernel_cache']}",
               "", "stated limits (transformer_limits.resource_limits):",

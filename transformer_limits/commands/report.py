@@ -3,6 +3,7 @@
     transformer-limits report [--profile quick|full] --out DIR [--only NAME ...] [--seed N]
                               [--workers N] [--scheduler ADDRESS] [--store PATH.sqlite]
                               [--format text|json] [--no-progress] [--module FILE.py ...]
+                              [--device cpu|cuda|auto]
 
 Writes ``DIR/<name>/{results.json,report.md,report.html,*.png}`` per experiment and
 ``DIR/{index.md,index.html,summary.json}``.  The whole tree is built in a staging folder inside
@@ -10,7 +11,8 @@ Writes ``DIR/<name>/{results.json,report.md,report.html,*.png}`` per experiment 
 experiment folders it listed, their figures and derivation pages); an interrupted run leaves
 ``DIR`` as it was.  An exception inside an experiment marks it ERROR (``status: "error"`` in its
 results.json, traceback in its notes), never FAIL; the other experiments still run.  A bad store,
-scheduler, grid size or output folder stops the run before any work (exit 2); a full disk, an
+scheduler, grid size or output folder, or ``--device cuda`` without a usable GPU, stops the run
+before any work, writing nothing (exit 2); a full disk, an
 unwritable store or a broken worker pool mid-run stops it with exit 3.
 With ``--store`` the experiments' sweeps are kept in one SQLite file, so a killed (full) report rerun
 with the same options skips every point it already finished.

@@ -2,7 +2,7 @@
 
     transformer-limits verify NAME [--profile quick|full] [--out DIR] [--seed N] [--workers N]
                                    [--scheduler ADDRESS] [--store PATH.sqlite] [--format text|json]
-                                   [--no-progress] [--module FILE.py ...]
+                                   [--no-progress] [--module FILE.py ...] [--device cpu|cuda|auto]
     transformer-limits verify --list [--format json] [--module FILE.py ...]
 
 ``--module FILE.py`` (repeatable) imports a Python file first, which registers its experiments
@@ -10,7 +10,7 @@
 group ``transformer_limits.experiments``) are always loaded.  See ``docs/extending.md``.
 
 Exit 0 when every check passes, 1 (after printing) when one fails, 2 on bad input (checked before
-any work: --module, --out, --store, --scheduler), 3 when the experiment crashed (printed and written as
+any work: --module, --out, --store, --scheduler, --device cuda without a usable GPU), 3 when the experiment crashed (printed and written as
 ERROR, never FAIL) or the environment failed mid-run; see :mod:`transformer_limits.errors`.
 """
 
@@ -25,6 +25,7 @@ from transformer_limits.cli import CheckFailed, UsageError, emit
 from transformer_limits.errors import ExperimentCrashed
 
 PROFILE_CHOICES = ("quick", "full")
+DEVICE_CHOICES = ("cpu", "cuda", "auto")  # transformer_limits.numeric.devices.DEVICES
 #: ``--out`` needs at least this much free space up front (reports are a few MB at most)
 MIN_FREE_BYTES = 1 << 20
 
@@ -41,6 +42,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="SQLite sweep store: a killed run resumes where it stopped, e.g. runs.sqlite")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bars on stderr")
+    p.add_argument("--device", choices=DEVICE_CHOICES, default="cpu",
+                   help="where the kernels run: cpu (default), cuda (a GPU; bad input without one) or auto "
+                        "(cuda where usable); kernels without a GPU flavour run on the CPU, and the report "
+                        "says so")
     p.add_argument("--module", action="append", metavar="FILE.py", default=None,
                    help="import this Python file first; it registers its experiments (repeatable; "
                         "see docs/extending.md)")
@@ -151,10 +156,22 @@ def make_config(args: argparse.Namespace, *, progress: bool):
     scheduler = getattr(args, "scheduler", None)
     if scheduler is not None and not scheduler.strip():
         raise UsageError("--scheduler needs an address such as tcp://host:8786")
+    device = getattr(args, "device", "cpu")
+    check_device(device)
     check_scheduler(scheduler)
     check_store(store)
     return ExperimentConfig(profile=args.profile, seed=args.seed, workers=workers, progress=progress,
-                            scheduler=scheduler, store=store)
+                            scheduler=scheduler, store=store, device=device)
+
+
+def check_device(device: str) -> None:
+    """``--device`` must be usable here (``cuda`` needs a usable CUDA backend), before any work."""
+    from transformer_limits.numeric.devices import resolve_device
+
+    try:
+        resolve_device(device)
+    except ValueError as exc:
+        raise UsageError(f"--device {device}: {exc}") from None
 
 
 def show_progress(args: argparse.Namespace) -> bool:
@@ -167,8 +184,10 @@ def verdict_table(payload: dict) -> str:
     status = payload.get("status") or ("pass" if payload["passed"] else "fail")
     width = max([len("check")] + [len(c["name"]) for c in checks])
     run_s = payload["provenance"].get("timings", {}).get("run_s")
+    device = payload["provenance"].get("device", "cpu")
     lines = [f"{payload['experiment']} — {payload['title']} (paper {payload['paper']}, profile "
-             f"{payload['profile']}" + (f", {run_s:.1f} s)" if run_s is not None else ")"),
+             f"{payload['profile']}" + ("" if device == "cpu" else f", device {device}")
+             + (f", {run_s:.1f} s)" if run_s is not None else ")"),
              f"  {'check':<{width}}  verdict  {'expected':>10}  {'measured':>10}  CI"]
     for c in checks:
         low, high = c["ci"]

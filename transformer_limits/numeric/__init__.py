@@ -19,7 +19,9 @@ here needs SymPy at run time.
   :class:`StreamingCovariance`, :func:`rank_summary`, and the token strata
   :func:`frequency_strata`;
 * backends: :class:`Backend` records, :func:`resolve_backend` (a user's ``backend=`` string for a
-  kernel family), :func:`available_backends`, :func:`backend_status`.
+  kernel family), :class:`KernelFamily`, :func:`available_backends`, :func:`backend_status`;
+  devices: :func:`resolve_device` (``cpu`` | ``cuda`` | ``auto``) and :func:`backend_for` /
+  :func:`choose_backend` (the backend a kernel family uses on a device).
 
 PyTorch-only parts (paper C's toy training: ``transformer_limits.numeric.torch.toy_gpt`` and
 ``transformer_limits.numeric.torch.optimizers``) are imported by module path, so the API works
@@ -114,6 +116,12 @@ _EXPORTS = {
     "BackendStatus": "backends",
     "Backend": "backends",
     "resolve_backend": "backends",
+    "resolve_device": "devices",
+    "backend_for": "devices",
+    "choose_backend": "devices",
+    "DeviceChoice": "devices",
+    "BackendChoice": "devices",
+    "KernelFamily": "kernel_family",
 }
 
 __all__ = install_lazy_exports(__name__, _EXPORTS)

@@ -106,7 +106,7 @@ LAYER_ADJOINT = KernelFamily(
 #: random-MLP field and zonal kernel matrix of one activation (symbolic/mlp_field_kernels.py)
 MLP_FIELD = KernelFamily(
     "mlp-field", "the MLP-field kernels", ("activation",),
-    {"python-numpy": _PY, "python-numba": _PY},
+    {"python-numpy": _PY, "python-numba": _PY, "python-cuda": _PY, "cuda-c": ".cu"},
     "transformer_limits.symbolic.mlp_field_kernels:mlp_field_kernel_source")
 
 #: second-order attention jet of the flow-map Taylor blocks (symbolic/flow_taylor_kernels.py)

@@ -68,6 +68,7 @@ _EXPORTS = {
     "missing_requirement": "running",
     "run_experiment": "running",
     "run_points": "running",
+    "device_backend": "running",
     "jsonable_settings": "running",
     "RateSeries": "rate_plots",
     "rate_figure": "rate_plots",

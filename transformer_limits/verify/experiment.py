@@ -18,6 +18,7 @@ import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
+from transformer_limits.numeric.devices import DEVICES
 from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.verdicts import Check
 
@@ -31,7 +32,10 @@ class ExperimentConfig:
     """How to run: ``profile`` picks the grid (``quick`` for CI and the README, ``full`` for
     publication-grade grids), ``seed`` the base seed, ``workers`` the process count, ``progress``
     whether to show tqdm bars (on stderr), ``scheduler`` an optional dask.distributed address,
-    ``store`` an optional SQLite sweep store path (resumable sweeps)."""
+    ``store`` an optional SQLite sweep store path (resumable sweeps), ``device`` where the kernels
+    run: ``cpu`` (default), ``cuda`` or ``auto``
+    (``transformer_limits.numeric.devices.resolve_device``; ``run_experiment`` resolves it, so
+    ``run`` sees ``cpu`` or ``cuda``)."""
 
     profile: str = "quick"
     seed: int = 0
@@ -39,8 +43,11 @@ class ExperimentConfig:
     progress: bool = False
     scheduler: str | None = None
     store: str | None = None
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         if self.profile not in PROFILES:
             raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         if self.workers < 1:

@@ -435,9 +435,13 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
             "passed": res.passed, "error": res.error,
             "checks_passed": sum(c.passed for c in res.checks), "checks_total": len(res.checks),
             "failed_checks": [c.name for c in res.failed_checks], "time_s": run_s,
+            "device": res.provenance.get("device"),
             "report": f"{exp.name}/report.md", "html": f"{exp.name}/report.html",
             "results": f"{exp.name}/results.json",
         })
+    # the run's device (one config for every experiment; null when they differ or none ran)
+    devices = {res.provenance.get("device") for _, res in results}
+    reasons = {res.provenance.get("device_reason") for _, res in results}
     env = environment()
     summary = jsonable({
         "schema_version": RESULTS_SCHEMA_VERSION, "profile": profile,
@@ -447,6 +451,8 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
         "n_passed": sum(e["passed"] for e in entries),
         "n_errors": sum(e["status"] == "error" for e in entries),
         "total_time_s": sum(e["time_s"] or 0.0 for e in entries),
+        "device": devices.pop() if len(devices) == 1 else None,
+        "device_reason": reasons.pop() if len(reasons) == 1 else None,
         "experiments": entries, "not_run": [dict(e) for e in not_run],
         "versions": env["versions"], "git_commit": env["git_commit"],
     })

@@ -5,22 +5,27 @@
 declares, so that no experiment repeats it: the result must report exactly the declared checks
 (:class:`~transformer_limits.verify.check_spec.CheckSpec`, with the declared alpha), a check without
 a claim text gets the declared one, and the provenance gets the base seed, the profile's settings
-(``Experiment.settings``) and the wall time.  :func:`run_points` is how an experiment evaluates a
-grid of points (processes, dask, a resumable store: docs/sweeps.md).
+(``Experiment.settings``), the device and the wall time.  :func:`run_points` is how an experiment
+evaluates a grid of points (processes, dask, a resumable store: docs/sweeps.md);
+:func:`device_backend` is how it picks the backend of a kernel family on ``config.device``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import importlib.util
 import tempfile
 import time
 import traceback
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from transformer_limits.errors import EnvironmentFailure, InputError
 from transformer_limits.jsonable import jsonable
+from transformer_limits.numeric.devices import BackendChoice, DeviceChoice, choose_backend, resolve_device
+from transformer_limits.numeric.kernel_family import KernelFamily
 from transformer_limits.verify.check_spec import apply_declarations, declaration_errors
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
 from transformer_limits.verify.registry import source_of, worker_safe
@@ -28,7 +33,11 @@ from transformer_limits.verify.registry import source_of, worker_safe
 if TYPE_CHECKING:  # pragma: no cover
     from transformer_limits.verify.sweeps import SweepResult
 
-__all__ = ["REQUIREMENT_HINTS", "jsonable_settings", "missing_requirement", "run_experiment", "run_points"]
+__all__ = ["REQUIREMENT_HINTS", "device_backend", "jsonable_settings", "missing_requirement", "run_experiment",
+           "run_points"]
+
+#: the backend choices (device_backend) of the experiment run_experiment is running, else None
+_CHOICES: ContextVar[list[BackendChoice] | None] = ContextVar("transformer_limits_backend_choices", default=None)
 
 
 #: why an experiment cannot run without a module, and how to get it (module -> text)
@@ -58,7 +67,8 @@ def missing_requirement(experiment: Experiment) -> str | None:
 _ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
 
 
-def run_experiment(experiment: Experiment, config: ExperimentConfig) -> ExperimentResult:
+def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
+                   device: str | None = None) -> ExperimentResult:
     """Run ``experiment`` under ``config``; a crash *inside* the experiment is recorded, not raised.
 
     An exception in ``experiment.run`` gives a result with ``error`` set (one line), no checks and
@@ -74,11 +84,27 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig) -> Experime
     ``source`` for an experiment from a plugin or a file.  An experiment whose ``requires`` names a
     module missing here is not started: ``InputError`` with the line of :func:`missing_requirement`
     (``verify`` exits 2; ``report`` skips it first).
+
+    ``device`` (``cpu`` | ``cuda`` | ``auto``) replaces ``config.device``; it is resolved
+    (``transformer_limits.numeric.devices.resolve_device``) before the run, ``cuda`` where no
+    CUDA backend is usable being an ``InputError`` (nothing runs), and ``run`` gets the config with
+    the resolved ``cpu`` or ``cuda``.  Provenance: ``device`` and ``device_reason``; ``backends``
+    (kernel family -> ``{backend, reason}``) for every ``device_backend`` choice of the run, and a
+    note for each family that ran on the CPU although ``cuda`` was asked.
     """
+    try:
+        if device is not None:
+            config = dataclasses.replace(config, device=device)  # ValueError naming device
+        where = resolve_device(config.device)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    config = dataclasses.replace(config, device=where.device)
     why = missing_requirement(experiment)
     if why is not None:
         raise InputError(f"experiment {experiment.name} cannot run here: {why}")
     start = time.perf_counter()
+    choices: list[BackendChoice] = []
+    token = _CHOICES.set(choices)
     try:
         result = experiment.run(config)
         if not isinstance(result, ExperimentResult):
@@ -98,8 +124,37 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig) -> Experime
             errors = ["the result reports no checks"]
         if errors:
             result.error = "; ".join(errors)
+    finally:
+        _CHOICES.reset(token)
     _record_provenance(result, experiment, config, time.perf_counter() - start)
+    _record_device(result, where, choices)
     return result
+
+
+def device_backend(config: ExperimentConfig, family: KernelFamily | str, backend: str) -> str:
+    """The backend for kernel family ``family`` of an experiment whose settings name ``backend`` (a CPU
+    backend), on ``config.device``: ``backend`` itself on ``cpu`` (so a cpu run is today's run, bit
+    for bit); on ``cuda`` the family's GPU backend where it has a usable one
+    (:func:`~transformer_limits.numeric.devices.choose_backend`), else ``backend`` on the CPU, which
+    the provenance and a note of the result say.  Under :func:`run_experiment` the choice and its
+    reason go to ``provenance.backends``."""
+    choice = choose_backend(config.device, family, cpu_backend=backend)
+    collected = _CHOICES.get()
+    if collected is not None:
+        collected.append(choice)
+    return choice.backend
+
+
+def _record_device(result: ExperimentResult, where: DeviceChoice, choices: list[BackendChoice]) -> None:
+    """The resolved device, its reason and the backend choices of the run (provenance and notes)."""
+    prov = result.provenance
+    prov["device"], prov["device_reason"] = where.device, where.reason
+    if choices:
+        backends = prov.setdefault("backends", {})
+        for c in choices:
+            backends[c.family] = {"backend": c.backend, "reason": c.reason}
+    for c in {c.family: c for c in choices if c.fallback}.values():
+        result.notes.append(f"device {where.device}: {c.reason}")
 
 
 def _record_provenance(result: ExperimentResult, experiment: Experiment, config: ExperimentConfig,
@@ -139,7 +194,8 @@ def run_points(config: ExperimentConfig, fn: Callable[[dict[str, Any]], Mapping[
     dask scheduler ``config.scheduler``) and ``config.progress``; results go to ``config.store``
     (resumable: a rerun skips finished points) or, without one, to a temporary store deleted
     afterwards.  The sweep config is ``{profile, seed, version}``: bump ``version`` when ``fn``
-    changes its results.  ``fn`` must be a top-level function when ``workers > 1`` or a scheduler
+    changes its results.  On a ``cuda`` device the worker processes are started by a fork server
+    (CUDA, initialised here by the device probe, does not survive a fork).  ``fn`` must be a top-level function when ``workers > 1`` or a scheduler
     is used: of an importable module, or of a file loaded by
     :func:`~transformer_limits.verify.registry.load_experiment_file` (its source then travels with
     the function, so fork, spawn and forkserver pools and dask workers run it without importing the
@@ -152,6 +208,11 @@ def run_points(config: ExperimentConfig, fn: Callable[[dict[str, Any]], Mapping[
     sweep_config = {"profile": config.profile, "seed": config.seed, "version": version}
     options: dict[str, Any] = dict(experiment=experiment, config=sweep_config, workers=config.workers,
                    scheduler=config.scheduler, progress=config.progress)
+    if config.device != "cpu" and config.workers > 1 and config.scheduler is None:
+        # the device probe initialised CUDA in this process, and a forked child cannot use it
+        import multiprocessing
+
+        options["mp_context"] = multiprocessing.get_context("forkserver")
     if config.store:
         return run_sweep(fn, grid, config.store, **options)
     with tempfile.TemporaryDirectory(prefix="tl-sweep-") as tmp:

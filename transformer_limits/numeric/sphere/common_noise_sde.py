@@ -56,7 +56,7 @@ from transformer_limits.numeric.sphere.transformer import (
     set_attention_matrices,
 )
 from transformer_limits.numeric.attention.kernels import attention_kernels
-from transformer_limits.numeric.kernel_family import MLP_FIELD
+from transformer_limits.numeric.kernel_family import ATTENTION, MLP_FIELD
 from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
 
 __all__ = ["CommonNoiseSDE", "psd_sqrt", "coupled_discrete_and_sde", "coupled_width_chains",
@@ -139,7 +139,9 @@ class CommonNoiseSDE:
         s = attention_scale(self.attention)
         out = -self.ito_coefficient * X
         if s != 0.0:
-            backend = "numba" if self.backend == "numba" else "numpy"
+            # the attention family runs on the same backend where it has one (numba, the CUDA
+            # flavours), else on NumPy
+            backend = self.backend if self.backend in ATTENTION.backends() else "numpy"
             A = attention_kernels(self.d, self.d, self.d, backend).attention(X, X, self.Q, self.K, self.V)
             out = out + s * project_tangent(X, A)
         return out

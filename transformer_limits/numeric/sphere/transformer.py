@@ -10,7 +10,8 @@ with U (m, d), W (d, m) i.i.d. N(0, 1), b_U ~ N(0, σ_U² I_m), b_W ~ N(0, σ_W�
 every layer, and softmax attention ``Attn_X(x_i) = Σ_j softmax_j(⟨Q x_i, K x_j⟩) V x_j`` (the same
 Q, K, V in all layers; default Q = K = √β I so that Q^T K = β I, V = I).  ``attention`` is the scale
 s: ``"attractive"`` (+1), ``"none"`` (0), ``"repulsive"`` (−1) or a number.  The MLP field uses the
-generated kernels of :mod:`transformer_limits.numeric.sphere.mlp_field` (``backend`` numpy or numba), the
+generated kernels of :mod:`transformer_limits.numeric.sphere.mlp_field` (``backend``: any of its
+``MLP_BACKENDS``, numpy, numba and the CUDA ones), the
 attention those of :mod:`transformer_limits.numeric.attention.kernels`.
 
 ``alpha2_power`` exists to build deliberately wrong models (α_2 = (T/L)^1 has no diffusive limit).
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from transformer_limits.numeric.attention.kernels import attention_kernels
-from transformer_limits.numeric.kernel_family import MLP_FIELD
+from transformer_limits.numeric.kernel_family import ATTENTION, MLP_FIELD
 from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
 
 __all__ = ["SphereTransformer", "MLPLayer", "layer_norm", "project_tangent", "uniform_sphere",
@@ -140,7 +141,7 @@ class SphereTransformer:
         s = attention_scale(self.attention)
         if s == 0.0:
             return np.zeros_like(X)
-        backend = "numba" if self.backend == "numba" else "numpy"
+        backend = self.backend if self.backend in ATTENTION.backends() else "numpy"  # as in the SDE
         return s * attention_kernels(self.d, self.d, self.d, backend).attention(X, X, self.Q, self.K, self.V)
 
     def attention_step(self, X: np.ndarray) -> np.ndarray:

@@ -26,12 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from transformer_limits.numeric.kernel_family import MLP_FIELD
 from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE
 from transformer_limits.numeric.sphere.transformer import uniform_sphere
 from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
 from transformer_limits.verify.registry import register_experiment
-from transformer_limits.verify.running import jsonable_settings, run_points
+from transformer_limits.verify.running import device_backend, jsonable_settings, run_points
 from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
 from transformer_limits.verify.verdicts import Check, rate_at_least
@@ -112,6 +113,7 @@ def run(config: ExperimentConfig, *, independent_noise: bool = False) -> Experim
     """Run the experiment; ``independent_noise=True`` is the deliberately wrong control (the
     reference system driven by a noise path of its own: no propagation of chaos)."""
     s = dict(SETTINGS[config.profile], **({"independent_noise": True} if independent_noise else {}))
+    s["backend"] = device_backend(config, MLP_FIELD, s["backend"])  # cpu: the settings' backend
     result = ExperimentResult(experiment="propagation-of-chaos", profile=config.profile)
     N = np.array(s["N_levels"])
     alpha = EXPONENT_N.required_alpha

@@ -43,10 +43,11 @@ from typing import Any
 
 import numpy as np
 
+from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
 from transformer_limits.verify.registry import register_experiment
-from transformer_limits.verify.running import jsonable_settings, run_points
+from transformer_limits.verify.running import device_backend, jsonable_settings, run_points
 from transformer_limits.verify.experiments.attention_models import QUICK_MODEL, WorstInputs, models_for
 from transformer_limits.verify.input_search import check_ladder, sup_error_ladder
 from transformer_limits.verify.stats.power_law import fit_power_law
@@ -143,6 +144,7 @@ def run(config: ExperimentConfig, *, counting_head: float = 0.0, log_n_term: flo
     c·ē(N_min)·log N / log N_min to every measured error (a check of the statistics alone).
     ``settings`` overrides the profile (reduced grids)."""
     s = dict(SETTINGS[config.profile], **(settings or {}))
+    s["backend"] = device_backend(config, LAYER_ADJOINT, s["backend"])  # cpu: the settings' backend
     errors, seconds, worst = token_errors_sweep(config, s, counting_head=counting_head)
     N = np.array(s["N_levels"], dtype=float)
     if log_n_term:

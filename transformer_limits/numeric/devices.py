@@ -1,0 +1,136 @@
+"""Devices: which device a run uses (``cpu`` | ``cuda`` | ``auto``) and which backend each kernel family
+runs there, with the reason either way.
+
+The device of a run is one of ``DEVICES``; :func:`resolve_device` turns it into ``cpu`` or
+``cuda`` using the status probes of the CUDA backends of
+:data:`transformer_limits.numeric.backends.REGISTRY` (``numba-cuda``, ``cupy``; the CUDA simulator
+``numba-cuda-sim`` runs on the CPU and does not count):
+
+==========  =====================================================================================
+``cpu``     always (the default)
+``cuda``    a CUDA backend is usable here; otherwise ``ValueError`` naming ``device`` with every
+            CUDA backend's reason, in one line
+``auto``    ``cuda`` where a CUDA backend is usable, else ``cpu``; the reason says which and why
+==========  =====================================================================================
+
+:func:`choose_backend` (:func:`backend_for` for the name alone) gives the backend a kernel family
+(:mod:`transformer_limits.numeric.kernel_family`) runs on a device, from the flavours it declares:
+
+* ``cpu``: ``numba`` where the family has the ``python-numba`` flavour, else ``numpy``;
+* ``cuda``: ``numba-cuda`` where it has ``python-cuda`` (and numba-cuda is usable), else ``cupy``
+  where it has ``cuda-c`` (and CuPy is usable), else its CPU backend, and the reason says so
+  (:attr:`BackendChoice.fallback`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformer_limits.numeric.backends import REGISTRY, Backend
+from transformer_limits.numeric.kernel_family import FAMILIES, KernelFamily
+
+__all__ = ["DEVICES", "DeviceChoice", "BackendChoice", "cuda_backends", "resolve_device", "choose_backend",
+           "backend_for"]
+
+#: the values of ``device=`` and ``--device``
+DEVICES = ("cpu", "cuda", "auto")
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """The device a run uses (``cpu`` | ``cuda``), what was asked for and why (one line)."""
+
+    device: str
+    requested: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend ``family`` (its name) runs on ``device``; ``fallback`` when the device is
+    ``cuda`` but the family runs on the CPU (the reason says why)."""
+
+    family: str
+    device: str
+    backend: str
+    fallback: bool
+    reason: str
+
+
+def cuda_backends() -> tuple[Backend, ...]:
+    """Every backend of :data:`~transformer_limits.numeric.backends.REGISTRY` on a CUDA device
+    (available here or not)."""
+    return tuple(b for b in REGISTRY.values() if b.device == "cuda")
+
+
+def _cuda_reasons() -> str:
+    return "; ".join(f"{b.name}: {b.reason}" for b in cuda_backends())
+
+
+def resolve_device(device: object = "cpu") -> DeviceChoice:
+    """The device ``device`` (one of ``DEVICES``) means here; ValueError naming ``device`` for an
+    unknown value, or for ``cuda`` where no CUDA backend is usable (with each one's reason)."""
+    if not isinstance(device, str) or device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "cpu":
+        return DeviceChoice("cpu", device, "asked for cpu (the default)")
+    usable = [b.name for b in cuda_backends() if b.available]
+    if device == "cuda":
+        if not usable:
+            raise ValueError(f"device 'cuda' is not usable here (no usable CUDA backend: {_cuda_reasons()})")
+        return DeviceChoice("cuda", device, f"asked for cuda ({_cuda_reasons()})")
+    if usable:
+        return DeviceChoice("cuda", device, f"a CUDA backend is usable ({_cuda_reasons()})")
+    return DeviceChoice("cpu", device, f"no usable CUDA backend ({_cuda_reasons()})")
+
+
+def _family(family: KernelFamily | str) -> KernelFamily:
+    if isinstance(family, str):
+        if family not in FAMILIES:
+            raise ValueError(f"unknown kernel family {family!r} (known: {', '.join(FAMILIES)})")
+        return FAMILIES[family]
+    return family
+
+
+def _cpu_backend(fam: KernelFamily, cpu_backend: str | None) -> str:
+    if cpu_backend is not None:
+        # the caller's backend (e.g. "blas" for the attention layer, beyond the family's flavours):
+        # only a CPU backend is checked here, its consumer resolves it
+        if cpu_backend not in REGISTRY or REGISTRY[cpu_backend].device != "cpu":
+            raise ValueError(f"cpu_backend must be a CPU backend "
+                             f"({', '.join(n for n, b in REGISTRY.items() if b.device == 'cpu')}), "
+                             f"got {cpu_backend!r}")
+        return cpu_backend
+    for flavour, name in (("python-numba", "numba"), ("python-numpy", "numpy")):
+        if flavour in fam.flavours and REGISTRY[name].available:
+            return name
+    raise ValueError(f"family {fam.name!r} has no usable CPU flavour (flavours: {', '.join(fam.flavours)})")
+
+
+def choose_backend(device: str, family: KernelFamily | str, *, cpu_backend: str | None = None) -> BackendChoice:
+    """The backend kernel family ``family`` (a :class:`KernelFamily` or its name) runs on ``device``
+    (resolved by :func:`resolve_device`, so ``auto`` is allowed and an unusable ``cuda`` raises), and
+    why; see the module docstring for the order.  ``cpu_backend`` replaces the family's fastest CPU
+    backend (on ``cpu``, and as the fallback on ``cuda``): an experiment's tuned choice."""
+    where = resolve_device(device).device
+    fam = _family(family)
+    cpu = _cpu_backend(fam, cpu_backend)
+    if where == "cpu":
+        return BackendChoice(fam.name, "cpu", cpu, False, f"cpu: {cpu} runs {fam.title}")
+    skipped = []
+    for flavour, name in (("python-cuda", "numba-cuda"), ("cuda-c", "cupy")):
+        if flavour not in fam.flavours:
+            continue
+        if REGISTRY[name].available:
+            return BackendChoice(fam.name, "cuda", name, False, f"cuda: {name} runs the {flavour} flavour "
+                                 f"of {fam.title}")
+        skipped.append(f"{name}: {REGISTRY[name].reason}")
+    why = ("; ".join(skipped) if skipped
+           else f"no GPU flavour; flavours: {', '.join(fam.flavours)}")
+    return BackendChoice(fam.name, "cuda", cpu, True, f"cuda asked, but {cpu} runs {fam.title} on the CPU "
+                         f"({why})")
+
+
+def backend_for(device: str, family: KernelFamily | str) -> str:
+    """Name of the backend kernel family ``family`` runs on ``device`` (:func:`choose_backend`)."""
+    return choose_backend(device, family).backend
