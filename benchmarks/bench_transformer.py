@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 
@@ -25,18 +24,14 @@ import numpy as np
 # region vs 0.07 ms with workqueue); choose workqueue unless the caller set a layer explicitly.
 os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
 
+from _bench_common import flops_per_pair_head, time_best  # noqa: E402  (benchmarks/ is sys.path[0])
+
 from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
 from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params
 
 
 def _time(fn, repeats: int) -> float:
-    fn()  # warm-up (JIT, caches)
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return time_best(fn, repeats)[0]  # one warm-up call (JIT, caches), then the best of `repeats`
 
 
 def _torch_fn(X0, params, targets, L, H, with_grad):
@@ -58,14 +53,6 @@ def _torch_fn(X0, params, targets, L, H, with_grad):
             loss = 0.5 * ((X - Yt) ** 2).sum(dim=1).mean()
             loss.backward()
     return run
-
-
-def flops_per_pair_head(d_k: int, d_v: int, exp_flops: int = 20) -> tuple[int, int]:
-    """(forward, forward+adjoint) floating-point operations per (token pair, head, layer)."""
-    fwd = 2 * d_k + exp_flops + 2 * d_v + 2           # logit, exp, value accumulation + sum
-    bwd = 2 * d_k + exp_flops + 2 * d_v + 2          # one adjoint pass recomputes logit, exp, <g, v>
-    bwd += 2 * d_k + 2 * d_k + 2 * d_v               # qbar, kbar, vbar accumulations
-    return fwd, fwd + bwd
 
 
 def main(argv=None) -> int:

@@ -94,7 +94,7 @@ def test_any_usable_cuda_backend_makes_cuda_usable_and_auto_pick_it(fake_cuda, u
 # ---------------------------------------------------------------------------------- backend per family
 
 
-@pytest.mark.parametrize("family, cpu", [(ATTENTION, "numba"), (LAYER_ADJOINT, "numba"), (FLOW_TAYLOR_JET, "numpy"),
+@pytest.mark.parametrize("family, cpu", [(ATTENTION, "numba"), (LAYER_ADJOINT, "numba"), (FLOW_TAYLOR_JET, "numba"),
                                          (NUMPY_AND_CUDA_C, "numpy")])
 def test_on_cpu_a_family_runs_numba_where_it_has_it_else_numpy(family, cpu):
     assert backend_for("cpu", family) == cpu
@@ -107,8 +107,9 @@ def test_on_cpu_a_family_runs_numba_where_it_has_it_else_numpy(family, cpu):
     (("cupy",), ATTENTION, "cupy", False),                      # else cuda-c
     (("numba-cuda",), NUMPY_AND_CUDA_C, "numpy", True),         # no python-cuda, cupy unusable
     (("numba-cuda", "cupy"), NUMPY_AND_CUDA_C, "cupy", False),
-    (("numba-cuda", "cupy"), LAYER_ADJOINT, "numba", True),     # no GPU flavour: its CPU backend
-    (("numba-cuda", "cupy"), FLOW_TAYLOR_JET, "numpy", True),
+    (("numba-cuda", "cupy"), LAYER_ADJOINT, "numba-cuda", False),
+    (("cupy",), LAYER_ADJOINT, "cupy", False),
+    (("numba-cuda", "cupy"), FLOW_TAYLOR_JET, "numba-cuda", False),
 ])
 def test_on_cuda_a_family_runs_its_gpu_flavour_else_the_cpu_and_says_so(fake_cuda, usable, family, expected,
                                                                         fallback):
@@ -189,14 +190,15 @@ def test_device_backend_on_cuda_takes_the_gpu_flavour_or_notes_the_cpu_fallback(
     def run(config):
         picked["attention"] = device_backend(config, ATTENTION, "numba")
         picked["adjoint"] = device_backend(config, LAYER_ADJOINT, "numba")
+        picked["no-gpu-flavour"] = device_backend(config, NUMPY_AND_CUDA_C, "numpy")  # cupy unusable
         return _passing(config)
 
     result = run_experiment(_experiment(run), ExperimentConfig(device="cuda"))
-    assert picked == {"attention": "numba-cuda", "adjoint": "numba"}
+    assert picked == {"attention": "numba-cuda", "adjoint": "numba-cuda", "no-gpu-flavour": "numpy"}
     assert result.provenance["device"] == "cuda"
     assert result.provenance["backends"]["attention"]["backend"] == "numba-cuda"
     notes = [n for n in result.notes if n.startswith("device cuda")]
-    assert len(notes) == 1 and LAYER_ADJOINT.title in notes[0] and "on the CPU" in notes[0]
+    assert len(notes) == 1 and NUMPY_AND_CUDA_C.title in notes[0] and "on the CPU" in notes[0]
 
 
 class _Stop(Exception):

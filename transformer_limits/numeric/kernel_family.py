@@ -100,7 +100,7 @@ ATTENTION = KernelFamily(
 #: field and adjoint of one attention layer (symbolic/attention_adjoint_kernels.py)
 LAYER_ADJOINT = KernelFamily(
     "attention-adjoint", "the attention-layer adjoint kernels", ("d", "d_k", "d_v"),
-    {"python-numba": _PY},
+    {"python-numba": _PY, "python-cuda": _PY, "cuda-c": ".cu"},
     "transformer_limits.symbolic.attention_adjoint_kernels:adjoint_kernel_source")
 
 #: random-MLP field and zonal kernel matrix of one activation (symbolic/mlp_field_kernels.py)
@@ -112,7 +112,7 @@ MLP_FIELD = KernelFamily(
 #: second-order attention jet of the flow-map Taylor blocks (symbolic/flow_taylor_kernels.py)
 FLOW_TAYLOR_JET = KernelFamily(
     "flow-taylor-jet", "the flow-map jet kernel", ("d", "d_k", "d_v"),
-    {"python-numpy": _PY},
+    {"python-numpy": _PY, "python-numba": _PY, "python-cuda": _PY, "cuda-c": ".cu"},
     "transformer_limits.symbolic.flow_taylor_kernels:jet_kernel_source")
 
 #: an activation phi and its derivative, elementwise (symbolic/elementwise_kernels.py)

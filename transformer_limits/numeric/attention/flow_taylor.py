@@ -18,7 +18,9 @@ and the second variation D^2F[v, v] = d^2/ds^2 F(X + s v)|_{s=0} — the exact s
 derivative, which contains the spatial Hessian, the mixed and grad_z Lions terms and the second Lions
 derivative of the derivation — evaluated by the generated *jet* kernel
 (:mod:`transformer_limits.symbolic.flow_taylor_kernels`): the softmax jet along x_i + s v^i with every
-atom moving as y_j + s v^j (no finite differences anywhere).
+atom moving as y_j + s v^j (no finite differences anywhere).  :func:`attention_jet` runs that kernel on any
+backend of its flavours (python-numpy, python-numba, python-cuda, cuda-c; a table of runners, host arrays
+in and out), and every ``backend=`` below reaches both the attention and the jet kernels.
 
 Reference: the same field integrated by classical RK4 with ``reference_steps`` steps over [0, h]
 (global error ~ h (h/steps)^4, far below the order-3 remainder ~ h^4 for the default 32 steps).
@@ -44,9 +46,9 @@ from transformer_limits.resource_limits import check_kernel_dimensions
 if TYPE_CHECKING:
     from transformer_limits.verify.taylor import TaylorResult
 
-__all__ = ["FrozenHeads", "WRONG_EXPANSIONS", "frozen_heads", "mv_field", "first_variation", "second_variation",
-           "flow_taylor_coefficients", "flow_taylor_expansion", "reference_flow", "random_flow_instance",
-           "flow_taylor_problem", "flow_expansion_builder", "flow_taylor_remainder_rates"]
+__all__ = ["FrozenHeads", "WRONG_EXPANSIONS", "frozen_heads", "attention_jet", "mv_field", "first_variation",
+           "second_variation", "flow_taylor_coefficients", "flow_taylor_expansion", "reference_flow",
+           "random_flow_instance", "flow_taylor_problem", "flow_expansion_builder", "flow_taylor_remainder_rates"]
 
 #: deliberately wrong expansions (each must fail the rate test at the orders it touches)
 WRONG_EXPANSIONS = {
@@ -104,10 +106,70 @@ def frozen_heads(law_or_params: Any, *, t: float = 0.0, temperature: float = 1.0
 
 
 @lru_cache(maxsize=32)
-def _jet_module(d: int, d_k: int, d_v: int):
-    """The generated jet kernel (kernel family FLOW_TAYLOR_JET; SymPy imported only on a cache miss)."""
+def _jet_module(d: int, d_k: int, d_v: int, backend: str = "numpy"):
+    """The generated jet kernel of ``backend``'s flavour (kernel family FLOW_TAYLOR_JET; SymPy imported only on
+    a cache miss): a Python module with ``jet``, or a CuPy RawModule for ``cuda-c``."""
     check_kernel_dimensions(d=d, d_k=d_k, d_v=d_v)  # stated cap before any code is generated
-    return FLOW_TAYLOR_JET.load("numpy", d=int(d), d_k=int(d_k), d_v=int(d_v))
+    return FLOW_TAYLOR_JET.load(backend, d=int(d), d_k=int(d_k), d_v=int(d_v))
+
+
+_THREADS = 128  # threads per block of the device flavours: one thread per query row i
+
+
+def _jet_numpy(m, args, out_shape):
+    return m.jet(*args)
+
+
+def _jet_numba(m, args, out_shape):
+    out = tuple(np.empty(out_shape) for _ in range(3))
+    m.jet(*args, *out)
+    return out
+
+
+def _jet_numba_cuda(m, args, out_shape):
+    from numba import cuda
+
+    out = tuple(cuda.device_array(out_shape) for _ in range(3))
+    m.jet[(out_shape[0] + _THREADS - 1) // _THREADS, _THREADS](*(cuda.to_device(a) for a in args), *out)
+    return tuple(a.copy_to_host() for a in out)
+
+
+def _jet_cupy(m, args, out_shape):  # pragma: no cover - needs a GPU
+    import cupy as cp
+
+    out = tuple(cp.empty(out_shape) for _ in range(3))
+    grid = ((out_shape[0] + _THREADS - 1) // _THREADS,)
+    m.get_function("jet")(grid, (_THREADS,), (*(cp.asarray(a) for a in args), *out,
+                                              np.int64(out_shape[0]), np.int64(args[2].shape[0])))
+    return tuple(cp.asnumpy(a) for a in out)
+
+
+#: how each generated flavour of the jet kernel is called: host arrays in, host (A0, A1, A2) out
+_JET_RUNNERS = {"python-numpy": _jet_numpy, "python-numba": _jet_numba, "python-cuda": _jet_numba_cuda,
+                "cuda-c": _jet_cupy}
+
+
+def attention_jet(X: np.ndarray, DX: np.ndarray, Y: np.ndarray, DY: np.ndarray, w: np.ndarray, Q: np.ndarray,
+                  K: np.ndarray, V: np.ndarray, *,
+                  backend: str = "numpy") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A, dA/ds, d^2A/ds^2) at s = 0 of A(x_i + s DX_i, sum_j w_j delta_{y_j + s DY_j}) for one head
+    (docs/theory.md §A.3), each (N, d_v), by the generated jet kernel of ``backend``.  X, DX (N, d);
+    Y, DY (M, d); w (M,); Q, K (d_k, d); V (d_v, d)."""
+    flavour = FLOW_TAYLOR_JET.resolve(backend).flavour
+    args = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (X, DX, Y, DY, w, Q, K, V))
+    X, DX, Y, DY, w, Q, K, V = args
+    if Q.ndim != 2:
+        raise ValueError(f"Q must be a matrix (d_k, d), got shape {Q.shape}")
+    d_k, d = Q.shape
+    if X.ndim != 2 or X.shape[1] != d or DX.shape != X.shape:
+        raise ValueError(f"X and DX must have one shape (N, {d}); got {X.shape}, {DX.shape}")
+    if Y.ndim != 2 or Y.shape[1] != d or DY.shape != Y.shape or Y.shape[0] < 1 or w.shape != (Y.shape[0],):
+        raise ValueError(f"Y, DY must have one shape (M, {d}) with M >= 1, w (M,); got {Y.shape}, {DY.shape}, "
+                         f"{w.shape}")
+    if K.shape != (d_k, d) or V.ndim != 2 or V.shape[1] != d:
+        raise ValueError(f"K must have shape {(d_k, d)} and V (d_v, {d}); got {K.shape}, {V.shape}")
+    module = _jet_module(d, d_k, V.shape[0], backend)
+    return _JET_RUNNERS[flavour](module, args, (X.shape[0], V.shape[0]))
 
 
 def _state(X: Any, heads: FrozenHeads) -> np.ndarray:
@@ -153,18 +215,20 @@ def first_variation(X: Any, law_or_params: Any, v: Any, *, lions: bool = True, b
     return _heads_sum(heads, head)
 
 
-def second_variation(X: Any, law_or_params: Any, v: Any, *, measure: bool = True, **frozen: Any) -> np.ndarray:
-    """D^2F_i[v, v] = d^2/ds^2 F_i(X + s v)|_{s=0} by the generated jet kernel, (N, d).
+def second_variation(X: Any, law_or_params: Any, v: Any, *, measure: bool = True, backend: str = "numpy",
+                     **frozen: Any) -> np.ndarray:
+    """D^2F_i[v, v] = d^2/ds^2 F_i(X + s v)|_{s=0} by the generated jet kernel of ``backend``
+    (:func:`attention_jet`), (N, d).
     ``measure=False`` freezes the atoms of mu^N (drops every second-order Lions term; a wrong model)."""
     heads = frozen_heads(law_or_params, **frozen)
     X = _state(X, heads)
     v = np.ascontiguousarray(v, dtype=np.float64)
     if v.shape != X.shape:
         raise ValueError(f"v must have the shape of X {X.shape}, got {v.shape}")
-    jet = _jet_module(*heads.shapes).jet
     w = np.full(X.shape[0], 1.0 / X.shape[0])
     DY = v if measure else np.zeros_like(v)
-    return _heads_sum(heads, lambda a: jet(X, v, X, DY, w, heads.Q[a], heads.K[a], heads.V[a])[2])
+    return _heads_sum(heads, lambda a: attention_jet(X, v, X, DY, w, heads.Q[a], heads.K[a], heads.V[a],
+                                                     backend=backend)[2])
 
 
 def _check_order(order: Any) -> int:
@@ -188,7 +252,7 @@ def flow_taylor_coefficients(X: Any, law_or_params: Any, order: int = 3, *, wron
         DF = first_variation(X, heads, F, lions=lions, backend=backend)
         out.append(DF if wrong == "wrong-half" else DF / 2)
     if order >= 3:
-        D2 = second_variation(X, heads, F, measure=wrong not in ("no-lions", "no-second-lions"))
+        D2 = second_variation(X, heads, F, measure=wrong not in ("no-lions", "no-second-lions"), backend=backend)
         out.append((D2 + first_variation(X, heads, DF, lions=lions, backend=backend)) / 6)
     return out
 
@@ -265,8 +329,8 @@ def flow_taylor_problem(X: Any, law_or_params: Any, order: int = 3, *, wrong: st
     return f, np.zeros(1), np.ones(1), coeffs
 
 
-def flow_expansion_builder(order: int, *, wrong: str | None = None, n_heads: int = 2,
-                           reference_steps: int = 32) -> Callable[[Any, np.random.Generator], Problem]:
+def flow_expansion_builder(order: int, *, wrong: str | None = None, n_heads: int = 2, reference_steps: int = 32,
+                           backend: str = "numpy") -> Callable[[Any, np.random.Generator], Problem]:
     """``build(case, rng) -> (f, x, dx, coefficients)`` for a Taylor-expansion registry such as
     ``verify.experiments.lions_taylor.EXPANSIONS``: ``case`` needs ``d``, ``d_k``, ``d_v`` and
     ``n_atoms`` (the number N of particles); the instance is drawn by :func:`random_flow_instance`."""
@@ -275,7 +339,7 @@ def flow_expansion_builder(order: int, *, wrong: str | None = None, n_heads: int
     def build(case: Any, rng: np.random.Generator) -> Problem:
         X, params = random_flow_instance(rng, n_particles=case.n_atoms, d=case.d, d_k=case.d_k, d_v=case.d_v,
                                          n_heads=n_heads)
-        return flow_taylor_problem(X, params, order, wrong=wrong, reference_steps=reference_steps)
+        return flow_taylor_problem(X, params, order, wrong=wrong, backend=backend, reference_steps=reference_steps)
 
     return build
 

@@ -27,6 +27,11 @@ brackets):
            :data:`~transformer_limits.numeric.kernel_family.LAYER_ADJOINT`), parallel
            over tokens, pair loops vectorised over keys, O(T H N (d_k + d_v)) memory (T threads): the Lions term is applied as K^T kbar + V^T vbar,
            never as an (N, N, d, d) tensor.
+``numba-cuda``, ``numba-cuda-sim`` [python-cuda] and ``cupy`` [cuda-c]  the same family's GPU kernels
+           (:mod:`transformer_limits.symbolic.attention_adjoint_cuda`): one thread per (head, query row) for
+           the forward pass and the row part of the adjoint, one per (head, key) for the key-side sums
+           kbar^j, vbar^j (P_ij recomputed from the stored log Z^i), head sums in a fixed order (no atomics:
+           deterministic); host arrays in and out.
 
 ``lions=False`` in :meth:`AttentionLayer.vjp` drops the Lions (interaction) term; it exists to show that
 the gradient Taylor test then fails (a deliberately wrong model).
@@ -48,8 +53,9 @@ from transformer_limits.resource_limits import check_kernel_dimensions
 __all__ = ["LAYER_BACKENDS", "LAYER_FLAVOURS", "AttentionLayer", "LayerCache", "attention_layer"]
 
 #: flavours the layer runs: NumPy attention kernels (reference), hand-written BLAS, generated layer kernels
-LAYER_FLAVOURS = ("python-numpy", "numpy-blas", "python-numba")
-#: the backends that run them: numpy, blas, numba
+#: (every flavour of the kernel family LAYER_ADJOINT)
+LAYER_FLAVOURS = ("python-numpy", "numpy-blas", *LAYER_ADJOINT.flavours)
+#: the backends that run them: numpy, blas, numba, numba-cuda, numba-cuda-sim, cupy
 LAYER_BACKENDS = tuple(name for name, b in REGISTRY.items() if b.flavour in LAYER_FLAVOURS)
 
 
@@ -65,11 +71,50 @@ def _tasks(N: int) -> int:
     return max(1, min(max(MIN_TASKS, numba.get_num_threads()), N))
 
 
+#: threads per block of the GPU kernels (one thread per (head, token), or per token)
+_THREADS = 128
+
+
+class _Device:
+    """Device arrays and 1-D launches of one GPU flavour: ``python-cuda`` (Numba CUDA, or its simulator)
+    or ``cuda-c`` (CuPy RawModule; integers passed as int64, flags as int32)."""
+
+    def __init__(self, module: Any, flavour: str):
+        self.module, self.cupy = module, flavour == "cuda-c"
+        if self.cupy:  # pragma: no cover - needs a GPU
+            import cupy
+
+            self.xp: Any = cupy
+        else:
+            from numba import cuda
+
+            self.xp = cuda
+
+    def put(self, a: Any) -> Any:
+        return self.xp.asarray(a) if self.cupy else self.xp.to_device(a)
+
+    def empty(self, shape: tuple[int, ...]) -> Any:
+        return self.xp.empty(shape, dtype=np.float64) if self.cupy else self.xp.device_array(shape, dtype=np.float64)
+
+    def get(self, a: Any) -> np.ndarray:
+        return self.xp.asnumpy(a) if self.cupy else a.copy_to_host()
+
+    def launch(self, name: str, threads: int, *args: Any) -> None:
+        blocks = max(1, -(-threads // _THREADS))
+        if not self.cupy:
+            getattr(self.module, name)[blocks, _THREADS](*args)
+            return
+        cast = [np.int32(a) if isinstance(a, bool) else np.int64(a) if isinstance(a, int)  # pragma: no cover
+                else np.float64(a) if isinstance(a, float) else a for a in args]
+        self.module.get_function(name)((blocks,), (_THREADS,), tuple(cast))  # pragma: no cover
+
+
 @dataclass
 class LayerCache:
     """What the forward pass keeps for the VJP: head outputs A (H, N, d_v), features QF (H, N, d_k),
-    KF, VF (H, N, d_k|d_v) (numpy/blas) or transposed (H, d_k|d_v, N) (numba), and either the softmax
-    matrices P (H, N, N) (numpy/blas) or log-normalisers LOGZ (H, N) (numba)."""
+    KF, VF (H, N, d_k|d_v) (numpy/blas) or transposed (H, d_k|d_v, N) (generated kernels: numba and the
+    GPU backends), and either the softmax matrices P (H, N, N) (numpy/blas) or log-normalisers LOGZ (H, N)
+    (generated kernels).  Host (NumPy) arrays on every backend."""
 
     A: np.ndarray
     QF: np.ndarray
@@ -90,12 +135,12 @@ class AttentionLayer:
         self.flavour = resolve_backend(backend, LAYER_FLAVOURS, "the attention layer").flavour
         if not (np.isfinite(temperature) and temperature > 0):
             raise ValueError(f"temperature must be a positive number, got {temperature!r}")
-        if self.flavour == "python-numba":  # only this flavour generates code up front (blas: any size)
+        if self.flavour in LAYER_ADJOINT.flavours:  # generated code is unrolled in d, d_k, d_v (blas: any size)
             check_kernel_dimensions(d=d, d_k=d_k, d_v=d_v)
         self.d, self.d_k, self.d_v = int(d), int(d_k), int(d_v)
         self.causal, self.beta, self.backend = bool(causal), 1.0 / float(temperature), backend
         self._module: Any = None
-        if self.flavour == "python-numba":
+        if self.flavour in LAYER_ADJOINT.flavours:
             self._module = LAYER_ADJOINT.load(backend, d=self.d, d_k=self.d_k, d_v=self.d_v)
 
     # ------------------------------------------------------------------ checks
@@ -119,8 +164,8 @@ class AttentionLayer:
     def field(self, X, Qs, Ks, Vs, Os, c) -> tuple[np.ndarray, LayerCache]:
         """F (N, d) and the cache for :meth:`vjp`."""
         X, Qs, Ks, Vs, Os, c = self._check(X, Qs, Ks, Vs, Os, c)
-        if self.flavour == "python-numba":
-            return self._field_numba(X, Qs, Ks, Vs, Os, c)
+        if self.flavour in self._RUNNERS:
+            return self._RUNNERS[self.flavour][0](self, X, Qs, Ks, Vs, Os, c)
         QF = np.einsum("hkd,nd->hnk", Qs, X)
         KF = np.einsum("hkd,nd->hnk", Ks, X)
         VF = np.einsum("hkd,nd->hnk", Vs, X)
@@ -149,8 +194,8 @@ class AttentionLayer:
         PC = np.ascontiguousarray(PC, dtype=np.float64)
         if PC.shape != X.shape:
             raise ValueError(f"cotangent PC must have shape {X.shape}, got {PC.shape}")
-        if self.flavour == "python-numba":
-            QBAR, KBAR, VBAR, xbar = self._bars_numba(Qs, Ks, Vs, Os, c, cache, PC, lions)
+        if self.flavour in self._RUNNERS:
+            QBAR, KBAR, VBAR, xbar = self._RUNNERS[self.flavour][1](self, Qs, Ks, Vs, Os, c, cache, PC, lions)
         else:
             QBAR, KBAR, VBAR = self._bars_blas(Os, c, cache, PC)
             if self.flavour == "numpy-blas":
@@ -186,6 +231,37 @@ class AttentionLayer:
         xbar = XJ + XL.sum(axis=0).T if lions else XJ
         KBAR, VBAR = (P.sum(axis=0).transpose(0, 2, 1) for P in (KBP, VBP))  # (H, N, d_k|d_v) views
         return QBAR, KBAR, VBAR, xbar
+
+    def _field_gpu(self, X, Qs, Ks, Vs, Os, c):
+        dev, beta, causal = _Device(self._module, self.flavour), self.beta, self.causal
+        H, N = Qs.shape[0], X.shape[0]
+        dX, dQ, dK, dV, dO, dc = (dev.put(a) for a in (X, Qs, Ks, Vs, Os, c))
+        QF, KT, VT = dev.empty((H, N, self.d_k)), dev.empty((H, self.d_k, N)), dev.empty((H, self.d_v, N))
+        dev.launch("features", H * N, dX, dQ, dK, dV, H, N, QF, KT, VT)
+        A, LOGZ = dev.empty((H, N, self.d_v)), dev.empty((H, N))
+        OH, F = dev.empty((H, N, self.d)), dev.empty((N, self.d))
+        dev.launch("forward", H * N, QF, KT, VT, dO, dc, beta, causal, H, N, A, LOGZ, OH)
+        dev.launch("head_sum", N, OH, H, N, F)  # F^i = sum_h c_h O_h A_h^i, h in order
+        return dev.get(F), LayerCache(A=dev.get(A), QF=dev.get(QF), KF=dev.get(KT), VF=dev.get(VT), LOGZ=dev.get(LOGZ))
+
+    def _bars_gpu(self, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, lions):
+        dev, beta, causal = _Device(self._module, self.flavour), self.beta, self.causal
+        H, N = Qs.shape[0], PC.shape[0]
+        dPC, dQ, dK, dV, dO, dc, QF, KT, VT, A, LOGZ = (
+            dev.put(a) for a in (PC, Qs, Ks, Vs, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ))
+        QBAR, G, GA = dev.empty((H, N, self.d_k)), dev.empty((H, N, self.d_v)), dev.empty((H, N))
+        XH = dev.empty((H, N, self.d))  # per head: Jacobian term (rows), then + Lions term (keys)
+        dev.launch("adjoint_rows", H * N, dPC, dQ, dO, dc, QF, KT, VT, A, LOGZ, beta, causal, H, N,
+                   QBAR, G, GA, XH)
+        KBAR, VBAR, XBAR = dev.empty((H, N, self.d_k)), dev.empty((H, N, self.d_v)), dev.empty((N, self.d))
+        dev.launch("adjoint_keys", H * N, dK, dV, QF, KT, VT, LOGZ, G, GA, beta, causal, bool(lions), H, N,
+                   KBAR, VBAR, XH)
+        dev.launch("head_sum", N, XH, H, N, XBAR)  # xbar = sum_h (Jacobian + Lions terms), h in order
+        return dev.get(QBAR), dev.get(KBAR), dev.get(VBAR), dev.get(XBAR)
+
+    #: (field, bars) runner of each generated flavour (arrays, launch layout)
+    _RUNNERS = {"python-numba": (_field_numba, _bars_numba), "python-cuda": (_field_gpu, _bars_gpu),
+                "cuda-c": (_field_gpu, _bars_gpu)}
 
     def _xbar_theory(self, X, Qs, Ks, Vs, Os, c, PC, lions):
         """docs/theory.md §A.2: Jacobian term + Lions term, with the generated NumPy attention kernels."""

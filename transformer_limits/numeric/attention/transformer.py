@@ -22,7 +22,8 @@ Backward pass: the adjoint recursion of docs/theory.md §A.2 with p_r^i = dLoss/
 w_ji = 1/N (unmasked; the Lions term of docs/theory.md §A.2) or 1_{i<=j}/j (causal: token i influences
 only the later tokens j >= i, each through its own prefix measure of i... j tokens), p_L = dLoss/dx_L;
 and dLoss/dtheta_{r,h} = c_{r,h} sum_i d_theta gamma(x_r^i, m_r^i, theta_{r,h})^T p_{r+1}^i.  The
-per-layer VJPs live in :mod:`transformer_limits.numeric.attention.layer` (backends numpy, blas, numba).
+per-layer VJPs live in :mod:`transformer_limits.numeric.attention.layer` (backends numpy, blas,
+numba and the CUDA ones: numba-cuda, numba-cuda-sim, cupy).
 """
 
 from __future__ import annotations
