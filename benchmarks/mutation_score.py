@@ -99,6 +99,8 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
      ("tests/test_stats_intervals.py", "tests/test_interval_coverage.py?")),
     ("ratio_trend", "transformer_limits/verify/stats/ratio_trend.py",
      ("tests/test_stats_ratio_trend.py", "tests/test_interval_coverage.py?")),
+    ("beta_difference", "transformer_limits/verify/stats/beta_difference.py",
+     ("tests/test_stats_beta_difference.py", "tests/test_interval_coverage.py?")),
     ("rate_claims", "transformer_limits/verify/rate_claims.py",
      ("tests/test_rate_claims.py", "tests/test_mutants_rate_claims.py?")),
     ("rate_claim_grammar", "transformer_limits/verify/rate_claim_grammar.py",

@@ -28,8 +28,7 @@ import importlib.util
 import os
 import shutil
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Collection
+from typing import Callable, Collection, Iterator, Mapping
 
 __all__ = ["Backend", "BackendStatus", "REGISTRY", "BACKENDS", "GENERATED_FLAVOURS", "backend_status",
            "available_backends", "resolve_backend", "cuda_simulator_active"]
@@ -155,26 +154,55 @@ def _cupy() -> BackendStatus:
         return BackendStatus("cupy", False, None, f"cupy unusable: {exc}".splitlines()[0])
 
 
-@lru_cache(maxsize=1)
-def backend_status() -> tuple[BackendStatus, ...]:
-    """Status of every backend in ``BACKENDS`` (cached for the process)."""
+def _numpy() -> BackendStatus:
     import numpy
 
-    return (
-        BackendStatus("numpy", True, numpy.__version__, "reference backend"),
-        _numba(),
-        _numba_cuda(),
-        _numba_cuda_sim(),
-        _cupy(),
-    )
+    return BackendStatus("numpy", True, numpy.__version__, "reference backend")
 
 
-@lru_cache(maxsize=1)
-def _status_by_name() -> dict[str, BackendStatus]:
-    out = {s.name: s for s in backend_status()}
-    numpy_status = out["numpy"]
-    out["blas"] = BackendStatus("blas", True, numpy_status.version, "NumPy with its BLAS")
-    return out
+def _blas() -> BackendStatus:
+    import numpy
+
+    return BackendStatus("blas", True, numpy.__version__, "NumPy with its BLAS")
+
+
+#: one probe per backend name
+_PROBES: dict[str, Callable[[], BackendStatus]] = {
+    "numpy": _numpy, "blas": _blas, "numba": _numba, "numba-cuda": _numba_cuda,
+    "numba-cuda-sim": _numba_cuda_sim, "cupy": _cupy}
+
+
+class _LazyStatuses(Mapping[str, BackendStatus]):
+    """Backend name -> status, each probed on first use and cached for the process: a CPU run asks
+    for its own backend only, so it never imports CuPy or initialises a CUDA driver (which would
+    also make later forked sweep workers unsafe)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, BackendStatus] = {}
+
+    def __getitem__(self, name: str) -> BackendStatus:
+        if name not in self._cache:
+            self._cache[name] = _PROBES[name]()
+        return self._cache[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_PROBES)
+
+    def __len__(self) -> int:
+        return len(_PROBES)
+
+
+_STATUSES = _LazyStatuses()
+
+
+def _status_by_name() -> Mapping[str, BackendStatus]:
+    return _STATUSES
+
+
+def backend_status() -> tuple[BackendStatus, ...]:
+    """Status of every backend in ``BACKENDS`` (each probed once per process)."""
+    statuses = _status_by_name()
+    return tuple(statuses[name] for name in BACKENDS)
 
 
 def resolve_backend(backend: object, flavours: Collection[str], family: str) -> Backend:

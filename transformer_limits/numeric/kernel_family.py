@@ -32,13 +32,28 @@ __all__ = ["KernelFamily", "FAMILIES", "ATTENTION", "LAYER_ADJOINT", "MLP_FIELD"
            "ELEMENTWISE_ACTIVATION", "load_source"]
 
 
+#: NVRTC (CuPy's compiler) has no math.h, so the constants SymPy's C99 printer uses (M_PI, M_SQRT2,
+#: ... in e.g. GELU) are defined here for every CUDA C source; nvcc's math.h defines them too, hence
+#: the guards
+CUDA_C_MATH_CONSTANTS = "".join(
+    f"#ifndef {name}\n#define {name} {value}\n#endif\n" for name, value in (
+        ("M_E", "2.71828182845904523536"), ("M_LOG2E", "1.44269504088896340736"),
+        ("M_LOG10E", "0.434294481903251827651"), ("M_LN2", "0.693147180559945309417"),
+        ("M_LN10", "2.30258509299404568402"), ("M_PI", "3.14159265358979323846"),
+        ("M_PI_2", "1.57079632679489661923"), ("M_PI_4", "0.785398163397448309616"),
+        ("M_1_PI", "0.318309886183790671538"), ("M_2_PI", "0.636619772367581343076"),
+        ("M_2_SQRTPI", "1.12837916709551257390"), ("M_SQRT2", "1.41421356237309504880"),
+        ("M_SQRT1_2", "0.707106781186547524401")))
+
+
 def load_source(path: Path, flavour: str) -> Any:
-    """Load a generated source file of ``flavour``: a CuPy ``RawModule`` for ``cuda-c``, else the
-    imported Python module."""
+    """Load a generated source file of ``flavour``: a CuPy ``RawModule`` for ``cuda-c`` (compiled with
+    :data:`CUDA_C_MATH_CONSTANTS` in front), else the imported Python module."""
     if flavour == "cuda-c":
         import cupy
 
-        return cupy.RawModule(code=path.read_text(encoding="utf-8"), options=("--std=c++14",))
+        code = CUDA_C_MATH_CONSTANTS + path.read_text(encoding="utf-8")
+        return cupy.RawModule(code=code, options=("--std=c++14",))
     return kernel_cache.load_python_source(path)
 
 

@@ -23,7 +23,7 @@ from math import factorial
 
 import numpy as np
 
-from transformer_limits.numeric.kernel_family import MLP_FIELD
+from transformer_limits.numeric.kernel_family import MLP_FIELD, load_source
 from transformer_limits.resource_limits import check_memory
 
 __all__ = ["MLPFieldKernels", "mlp_field_kernels", "mehler_coefficients", "mehler_tail",
@@ -55,7 +55,7 @@ class MLPFieldKernels:
         self.flavour = MLP_FIELD.resolve(backend).flavour
         self.activation, self.backend = activation, backend
         self.source_path = MLP_FIELD.source_path(self.flavour, activation=activation)
-        self._module = MLP_FIELD.load(backend, activation=activation)
+        self._module = load_source(self.source_path, self.flavour)  # resolved and looked up once, above
         self._numpy = self._module if self.flavour == "python-numpy" else None
 
     def _reference(self):
