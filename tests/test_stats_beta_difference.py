@@ -96,6 +96,7 @@ def test_a_wrong_ordering_fails_and_the_right_one_passes():
     right = beta_difference_check("order", "β_large > β_small", [("GLOBAL", large, small)])
     wrong = beta_difference_check("order", "β_small > β_large", [("GLOBAL", small, large)])
     assert right.passed and right.statistics["supported"] and right.ci[0] > 0
+    assert right.note.startswith("supported")
     assert not wrong.passed and wrong.ci[1] < 0 and "contradicted" in wrong.note
     # one wrong pair among right ones fails the whole check
     mixed = beta_difference_check("order", "both", [("MID", large, small), ("TAIL", small, large)])
@@ -108,3 +109,9 @@ def test_bad_arguments_are_value_errors():
         beta_difference_check("d", "c", [])
     with pytest.raises(ValueError, match="alpha"):
         beta_difference_check("d", "c", [("S", a, a)], alpha=1.5)
+    for edge in (0.0, 1.0):
+        with pytest.raises(ValueError, match="alpha"):
+            beta_difference_check("d", "c", [("S", a, a)], alpha=edge)
+    # equal fits: Δβ = 0 exactly, neither contradicted nor established (the note says so)
+    tie = beta_difference_check("d", "c", [("S", a, a)])
+    assert tie.passed and not tie.statistics["supported"] and tie.note.startswith("not contradicted")

@@ -64,6 +64,8 @@ def test_bad_arguments_name_themselves(kwargs, name):
         t_quantile(0.9, 0)
     with pytest.raises(ValueError, match="p must"):
         t_quantile(1.0, 3)
+    with pytest.raises(ValueError, match="p must"):
+        t_quantile(0.0, 3)
 
 
 def test_two_sided_coverage_is_nominal():
