@@ -5,6 +5,7 @@ alarm or a false "consistent"."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import warnings
@@ -19,6 +20,8 @@ from transformer_limits.numeric.attention.kernels import attention_kernels
 from transformer_limits.numeric.backends import backend_status
 from transformer_limits.symbolic import lyapunov as lyap
 from transformer_limits.symbolic.derivation import CHECK_STATES, CheckLine, check_state
+
+derivation_module = importlib.import_module("transformer_limits.symbolic.derivation")
 
 CPU_BACKENDS = [s.name for s in backend_status() if s.available and s.name in ("numpy", "numba")]
 METHODS = ("attention", "jacobian", "lions_derivative", "flat_derivative")
@@ -180,7 +183,10 @@ def test_a_wrong_lambda_bar_still_fails_the_identity(monkeypatch, sigma_u, n_max
     def wrong(k1, dk1, d):
         return (d - 3) * dk1 / 2 - (d - 1) * k1 / 2, (d - 1) * d * dk1 - (d - 3) * k1
 
+    lyap._symbolic_checks()  # SymPy's proofs use the right exponents (cached before the swap; the test
+    # failed when run alone)
     monkeypatch.setattr(lyap, "lyapunov_exponents", wrong)
+    monkeypatch.setattr(derivation_module, "_CACHE", {})  # never the right λ̄'s cached derivation
     d = tl.derivation("lyapunov", sigma_u=sigma_u, n_max=n_max)
     line = next(c for c in d.checks if c.startswith("Gegenbauer"))
     assert check_state(line) == "failed" and "INCONSISTENT" in line
