@@ -62,3 +62,14 @@ def test_f_statistic_transcription():
     assert q.f_statistic == pytest.approx(f) and (q.dof, q.dof_noise) == (2, 20)
     assert q.p_value == pytest.approx(stats.f.sf(f, 2, 20))
     assert q.relative_residuals == pytest.approx(np.exp(log_obs) / pred - 1)
+
+
+def test_ols_line_with_one_x_row_per_y_row_is_each_rows_least_squares_fit():
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(5, 7)), rng.normal(size=(5, 7))
+    slope, intercept = ols_line(x, y)
+    for k in range(5):
+        b, a = np.polyfit(x[k], y[k], 1)
+        assert slope[k] == pytest.approx(b, rel=1e-12) and intercept[k] == pytest.approx(a, rel=1e-12, abs=1e-14)
+    shared, _ = ols_line(x[0], y)  # a shared x gives the same slopes as repeating it per row
+    np.testing.assert_allclose(shared, ols_line(np.broadcast_to(x[0], y.shape), y)[0], rtol=1e-13)

@@ -119,10 +119,16 @@ def seed_replicates(errors: np.ndarray, n_boot: int, seed: int, resample: str, a
 
 
 def ols_line(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Slope and intercept of y ≈ a + b x for each row of ``y`` (shape ``(..., n)``)."""
-    xc = x - x.mean()
-    slope = (y - y.mean(axis=-1, keepdims=True)) @ xc / np.dot(xc, xc)
-    return slope, y.mean(axis=-1) - slope * x.mean()
+    """Slope and intercept of y ≈ a + b x for each row of ``y`` (shape ``(..., n)``), by ordinary least
+    squares: b = Σ (x − x̄)(y − ȳ) / Σ (x − x̄)², a = ȳ − b x̄.  ``x`` is shared (shape ``(n,)``) or
+    one row per row of ``y`` (shape ``(..., n)``, e.g. pairs-bootstrap resamples)."""
+    if x.ndim == 1:
+        xc = x - x.mean()
+        slope = (y - y.mean(axis=-1, keepdims=True)) @ xc / np.dot(xc, xc)
+        return slope, y.mean(axis=-1) - slope * x.mean()
+    xc = x - x.mean(axis=-1, keepdims=True)
+    slope = np.sum(xc * (y - y.mean(axis=-1, keepdims=True)), axis=-1) / np.sum(xc * xc, axis=-1)
+    return slope, y.mean(axis=-1) - slope * x.mean(axis=-1)
 
 
 

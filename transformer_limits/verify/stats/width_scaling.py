@@ -35,6 +35,7 @@ from scipy import stats
 
 from transformer_limits.resource_limits import check_bootstrap
 from transformer_limits.verify.stats.intervals import t_interval
+from transformer_limits.verify.stats.seed_bootstrap import ols_line
 
 __all__ = ["WidthScalingFit", "fit_width_scaling", "bootstrap_slopes", "BootstrapMethod", "MIN_POINTS"]
 
@@ -89,13 +90,6 @@ def _log_xy(widths: Any, values: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.log(x), np.log(y)
 
 
-def _slopes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """OLS slopes of each row of ``y`` (``B × n``) on the matching row of ``x`` (``B × n``)."""
-    xc = x - x.mean(axis=-1, keepdims=True)
-    yc = y - y.mean(axis=-1, keepdims=True)
-    return np.sum(xc * yc, axis=-1) / np.sum(xc * xc, axis=-1)
-
-
 def bootstrap_slopes(log_x: np.ndarray, log_y: np.ndarray, *, n_bootstrap: int, seed: int = 0,
                      method: BootstrapMethod = "residual") -> np.ndarray:
     """``n_bootstrap`` bootstrap replicates of the OLS slope of ``log_y`` on ``log_x`` (shape ``(B',)``).
@@ -116,12 +110,12 @@ def bootstrap_slopes(log_x: np.ndarray, log_y: np.ndarray, *, n_bootstrap: int, 
         resid = (log_y - fitted) / np.sqrt(1.0 - leverage)
         resid -= resid.mean()
         y_star = fitted + resid[rng.integers(0, n, size=(n_bootstrap, n))]
-        return _slopes(np.broadcast_to(log_x, y_star.shape), y_star)
+        return ols_line(np.broadcast_to(log_x, y_star.shape), y_star)[0]
     if method == "pairs":
         idx = rng.integers(0, n, size=(n_bootstrap, n))
         xs, ys = log_x[idx], log_y[idx]
         ok = np.ptp(xs, axis=1) > 0
-        return _slopes(xs[ok], ys[ok])
+        return ols_line(xs[ok], ys[ok])[0]
     raise ValueError(f"bootstrap method must be 'residual' or 'pairs', got {method!r}")
 
 
