@@ -1,7 +1,7 @@
 """GPU throughput of the paper-A attention-only transformer: forward and forward+adjoint, against 2-core numba.
 
 Run:  python3 benchmarks/bench_gpu.py [--sizes 1024 2048 4096 8192 16384] [--d 8] [--L 64] [--H 8]
-                                      [--repeats 3] [--json FILE] [--quick]
+                                      [--batch 16] [--batch-N 256] [--repeats 3] [--json FILE] [--quick]
 
 Unit: token-pair-head-layer updates per second, N^2 H L / seconds (unmasked attention, N tokens,
 docs/theory.md §A.2): one update is one (query i, key j) term of one head's softmax sum in one layer.
@@ -13,8 +13,9 @@ Implementations, same run, same inputs (``AttentionTransformer(d, d, d, backend=
   numba       generated CPU kernels, Numba limited to 2 threads (the project's 2-core reference
               machine): the baseline of the ratio column; measured only at the sizes whose predicted
               time (previous size x (N/N_prev)^2) fits ``--cpu-budget``; nothing is extrapolated
-  numba-cuda  numba.cuda.jit layer kernels on the GPU
-  cupy        CUDA C layer kernels in a CuPy RawModule
+  numba-cuda  numba.cuda.jit layer kernels on the GPU (float64 only)
+  cupy        CUDA C layer kernels in a CuPy RawModule, in float64 and (rows "float32") the float32 compile
+              of the same source
   A backend that is not usable here, or that the attention layer does not support, is skipped with
   the reason.  Before timing, each GPU backend's outputs and gradients are compared with numba's at
   the smallest size.
@@ -30,8 +31,13 @@ min(peak, intensity x HBM bandwidth) = peak.
 
 Roofline figures (the H200's, stated, not measured; other GPUs get the same figures with a note):
 FP64 34 TFLOP/s on the vector units (67 with tensor cores, which scalar pair loops do not use), FP32
-67 TFLOP/s, HBM 4.8 TB/s.  float32: the layer is probed with float32 inputs; when it computes in
-float64 the table has a row "float32: not available (...)" instead of figures.
+67 TFLOP/s, HBM 4.8 TB/s.  The float32 rows are measured against the FP32 peak; before timing, the
+float32 outputs and gradients are compared with numba's float64 ones (largest relative deviation printed).
+
+Batching: the transformer keeps its state on the device for a whole pass (no host round trip per
+layer) and runs B independent problems in one launch per kernel (``loss_and_grad_batch``).  The
+"batched" table times forward+adjoint of ``--batch`` problems of ``--batch-N`` tokens in one batched
+call against B calls one after the other, per backend (numba's batched call is that loop).
 """
 
 from __future__ import annotations
@@ -48,10 +54,11 @@ import numpy as np  # noqa: E402
 
 from _bench_common import flops_per_pair_head, time_best  # noqa: E402  (benchmarks/ is sys.path[0])
 
-from transformer_limits.numeric.attention.layer import LAYER_FLAVOURS, attention_layer  # noqa: E402
+from transformer_limits.numeric.attention.layer import LAYER_FLAVOURS  # noqa: E402
 from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map  # noqa: E402
 from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params  # noqa: E402
 from transformer_limits.numeric.backends import REGISTRY  # noqa: E402
+from transformer_limits.numeric.precision import FLOAT32_BACKENDS  # noqa: E402
 
 GPU_BACKENDS = ("numba-cuda", "cupy")
 #: H200 figures (FLOP/s, bytes/s): FP64 vector, FP64 tensor core, FP32, HBM
@@ -76,19 +83,11 @@ def gpu_status(names=GPU_BACKENDS) -> tuple[list[str], list[str]]:
     return use, notes
 
 
-def float32_note(backend: str, d: int) -> str:
-    """Why float32 is not measured for ``backend`` (probed: the layer's field on float32 inputs)."""
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(4, d)).astype(np.float32)
-    W = rng.normal(size=(1, d, d)).astype(np.float32)
-    try:
-        F, _ = attention_layer(d, d, d, backend=backend).field(X, W, W, W, W, np.ones(1, np.float32))
-    except Exception as exc:  # a backend may refuse float32 outright
-        return f"the layer refuses float32 input ({type(exc).__name__}: {exc})".splitlines()[0]
-    dtype = getattr(F, "dtype", None)
-    if dtype != np.float32:
-        return f"kernels are float64: float32 input gives {dtype} output"
-    return "the layer returns float32, but AttentionTransformer keeps float64 states; not measured"
+def float32_rows(gpus: list[str]) -> tuple[list[str], list[str]]:
+    """(backends measured in float32 too, one line per GPU backend that is float64 only)."""
+    return ([g for g in gpus if g in FLOAT32_BACKENDS],
+            [f"{g}: float32 not measured (float64 only: numba types Python float literals as float64)"
+             for g in gpus if g not in FLOAT32_BACKENDS])
 
 
 def _sync(backend: str):
@@ -103,16 +102,30 @@ def _sync(backend: str):
     return cuda.synchronize
 
 
-def measure(backend: str, N: int, d: int, params: dict, repeats: int, budget: float) -> dict[str, Any]:
+def measure(backend: str, N: int, d: int, params: dict, repeats: int, budget: float,
+            precision: str = "float64") -> dict[str, Any]:
     """Best-of-``repeats`` forward and fwd+adjoint seconds of one backend at N tokens."""
-    m = AttentionTransformer(d, d, d, backend=backend)
+    m = AttentionTransformer(d, d, d, backend=backend, precision=precision)
     X0 = sample_tokens(N, d, seed=1)
     loss = SquaredErrorLoss(target_map(X0, seed=2))
     sync = _sync(backend)
     tf, nf = time_best(lambda: m.forward(X0, params), repeats, warmup=False, budget_s=budget, sync=sync)
     tb, nb = time_best(lambda: m.loss_and_grad(X0, params, loss), repeats, warmup=False, budget_s=budget,
                        sync=sync)
-    return dict(backend=backend, dtype="float64", N=N, fwd_s=tf, fwd_adj_s=tb, samples=min(nf, nb))
+    return dict(backend=backend, dtype=precision, N=N, fwd_s=tf, fwd_adj_s=tb, samples=min(nf, nb))
+
+
+def measure_batch(backend: str, B: int, N: int, d: int, params: dict, repeats: int, budget: float) -> dict[str, Any]:
+    """Best-of-``repeats`` seconds of forward+adjoint of B problems of N tokens: one batched call
+    (``loss_and_grad_batch``, shared parameters) and B single calls."""
+    m = AttentionTransformer(d, d, d, backend=backend)
+    X0s = np.stack([sample_tokens(N, d, seed=10 + b) for b in range(B)])
+    losses = [SquaredErrorLoss(target_map(X, seed=2)) for X in X0s]
+    sync = _sync(backend)
+    tb, _ = time_best(lambda: m.loss_and_grad_batch(X0s, params, losses), repeats, budget_s=budget, sync=sync)
+    ts, _ = time_best(lambda: [m.loss_and_grad(X, params, f) for X, f in zip(X0s, losses)], repeats,
+                      budget_s=budget, sync=sync)
+    return dict(backend=backend, B=B, N=N, batched_s=tb, single_s=ts, speedup=ts / tb)
 
 
 def _host(a: Any) -> np.ndarray:
@@ -120,16 +133,17 @@ def _host(a: Any) -> np.ndarray:
     return np.asarray(a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else a)
 
 
-def check_against(backend: str, ref: str, d: int, params: dict, N: int) -> float:
-    """Largest relative deviation of output and gradients of ``backend`` from ``ref`` at N tokens."""
+def check_against(backend: str, ref: str, d: int, params: dict, N: int, precision: str = "float64") -> float:
+    """Largest relative deviation of output and gradients of ``backend`` (at ``precision``) from ``ref``
+    (float64) at N tokens."""
     X0 = sample_tokens(N, d, seed=1)
     loss = SquaredErrorLoss(target_map(X0, seed=2))
-    out = {}
-    for b in (backend, ref):
-        value, grads, fwd, _ = AttentionTransformer(d, d, d, backend=b).loss_and_grad(X0, params, loss)
-        out[b] = [_host(fwd.states[-1])] + [_host(grads[k]) for k in sorted(grads)]
-    return max(float(np.max(np.abs(a - r)) / max(float(np.max(np.abs(r))), 1e-300))
-               for a, r in zip(out[backend], out[ref]))
+    out = []
+    for b, p in ((backend, precision), (ref, "float64")):
+        value, grads, fwd, _ = AttentionTransformer(d, d, d, backend=b, precision=p).loss_and_grad(X0, params, loss)
+        out.append([_host(fwd.states[-1]).astype(np.float64)] + [_host(grads[k]).astype(np.float64)
+                                                                  for k in sorted(grads)])
+    return max(float(np.max(np.abs(a - r)) / max(float(np.max(np.abs(r))), 1e-300)) for a, r in zip(*out))
 
 
 def _fmt(x: float | None, spec: str, unit: str = "") -> str:
@@ -152,6 +166,8 @@ def main(argv=None) -> int:
     ap.add_argument("--d", type=int, default=8, help="d = d_k = d_v")
     ap.add_argument("--L", type=int, default=64)
     ap.add_argument("--H", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=16, help="B of the batched table (independent problems)")
+    ap.add_argument("--batch-N", type=int, default=256, help="tokens per problem in the batched table")
     ap.add_argument("--repeats", type=int, default=3, help="timed calls per cell (best of); one at least")
     ap.add_argument("--cpu-budget", type=float, default=40.0,
                     help="seconds a numba cell may take (forward + fwd+adj, predicted from the previous size)")
@@ -163,8 +179,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.sizes, args.L, args.H, args.repeats = args.sizes or [32, 64], 2, 2, 1
+        args.batch, args.batch_N = 3, 16
     args.sizes = args.sizes or [1024, 2048, 4096, 8192, 16384]
-    for name in ("sizes", "d", "L", "H", "repeats"):
+    for name in ("sizes", "d", "L", "H", "repeats", "batch", "batch_N"):
         vals = getattr(args, name) if name == "sizes" else [getattr(args, name)]
         if any(v < 1 for v in vals):
             print(f"bench_gpu: --{name} must be positive integers, got {getattr(args, name)}", file=sys.stderr)
@@ -173,6 +190,8 @@ def main(argv=None) -> int:
     ff, fb = flops_per_pair_head(d, d)
     params = init_params(L, H, d, d, d, seed=0)
     gpus, notes = gpu_status([b for b in args.backends if b != "numba"])
+    f32, f32_notes = float32_rows(gpus)
+    notes += f32_notes
     rows: list[dict[str, Any]] = []
     meta = dict(d=d, L=L, H=H, sizes=sizes, flops_fwd=ff, flops_fwd_adj=fb, peak=PEAK, hbm=HBM,
                 cpu_threads=CPU_THREADS, gpu_backends=gpus, notes=notes)
@@ -210,12 +229,19 @@ def main(argv=None) -> int:
         if not err < 1e-8:
             print(f"bench_gpu: {g} disagrees with numba (relative deviation {err:.1e})", file=sys.stderr)
             return 1
+    for g in f32:
+        err = check_against(g, "numba", d, params, sizes[0], "float32")
+        meta[f"max_rel_dev_{g}_float32"] = err
+        print(f"# {g} float32 vs numba float64 at N = {sizes[0]}: largest relative deviation {err:.1e}", flush=True)
+        if not err < 1e-3:
+            print(f"bench_gpu: {g} float32 disagrees with numba (relative deviation {err:.1e})", file=sys.stderr)
+            return 1
 
     print(f"{'backend':<14} {'dtype':<8} {'N':>6} {'fwd upd/s':>11} {'f+adj upd/s':>12} {'fwd x numba':>11} "
           f"{'f+adj x numba':>13} {'fwd GFLOP/s':>11} {'f+adj GFLOP/s':>13} {'% roof fwd':>10} {'% roof f+a':>10}",
           flush=True)
     base: dict[int, dict] = {}
-    for b in ["numba"] + gpus:
+    for b, precision in [("numba", "float64")] + [(g, "float64") for g in gpus] + [(g, "float32") for g in f32]:
         budget = args.cpu_budget if b == "numba" else args.gpu_budget
         prev = None
         if b == "numba":
@@ -228,7 +254,7 @@ def main(argv=None) -> int:
                         print(f"# {b}: not measured at N >= {N} (predicted {predicted:.0f} s for one forward "
                               f"and one fwd+adj call > budget {budget:.0f} s)", flush=True)
                         break
-                r = measure(b, N, d, params, args.repeats, budget)
+                r = measure(b, N, d, params, args.repeats, budget, precision)
                 units = N * N * H * L
                 r.update(fwd_ups=units / r["fwd_s"], fwd_adj_ups=units / r["fwd_adj_s"],
                          fwd_flops=ff * units / r["fwd_s"], fwd_adj_flops=fb * units / r["fwd_adj_s"])
@@ -237,7 +263,7 @@ def main(argv=None) -> int:
                 ref = base.get(N)
                 r["fwd_x_numba"] = ref["fwd_s"] / r["fwd_s"] if ref else None
                 r["fwd_adj_x_numba"] = ref["fwd_adj_s"] / r["fwd_adj_s"] if ref else None
-                roof = PEAK["float64"] if REGISTRY[b].device == "cuda" else None
+                roof = PEAK[precision] if REGISTRY[b].device == "cuda" else None
                 r["roof_fwd"] = r["fwd_flops"] / roof if roof else None
                 r["roof_fwd_adj"] = r["fwd_adj_flops"] / roof if roof else None
                 rows.append(r)
@@ -247,12 +273,22 @@ def main(argv=None) -> int:
                 prev = r
         finally:
             numba.set_num_threads(threads)
-    for b in ["numba"] + gpus:
-        why = float32_note(b, d)
-        meta[f"float32_{b}"] = why
-        print(f"{b:<14} float32: not available ({why})", flush=True)
+    print(f"\n# batched: forward+adjoint of B = {args.batch} problems of N = {args.batch_N} tokens (shared "
+          f"parameters), one batched call vs B single calls", flush=True)
+    print(f"{'backend':<14} {'B':>4} {'N':>6} {'batched s':>11} {'B single s':>11} {'speed-up':>9}", flush=True)
+    numba.set_num_threads(min(CPU_THREADS, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+    try:
+        for b in ["numba"] + gpus:
+            r = measure_batch(b, args.batch, args.batch_N, d, params, args.repeats,
+                              args.cpu_budget if b == "numba" else args.gpu_budget)
+            meta.setdefault("batched", []).append(r)
+            dump()
+            print(f"{b:<14} {r['B']:>4} {r['N']:>6} {r['batched_s']:>11.4g} {r['single_s']:>11.4g} "
+                  f"{r['speedup']:>8.3g}x", flush=True)
+    finally:
+        numba.set_num_threads(threads)
     print(f"# numba: {CPU_THREADS} threads (NUMBA_THREADING_LAYER={os.environ['NUMBA_THREADING_LAYER']}); "
-          f"'% roof' = achieved FLOP/s / FP64 vector peak (GPU rows); '-' = no numba figure at that N",
+          f"'% roof' = achieved FLOP/s / the dtype's peak (FP64 vector, FP32; GPU rows); '-' = no numba figure at that N",
           flush=True)
     dump()
     return 0

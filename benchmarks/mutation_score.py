@@ -105,6 +105,15 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
      ("tests/test_rate_claims.py", "tests/test_mutants_rate_claims.py?")),
     ("rate_claim_grammar", "transformer_limits/verify/rate_claim_grammar.py",
      ("tests/test_rate_claims.py", "tests/test_mutants_rate_claims.py?")),
+    # issue 13: precision, device arrays, the backend a family runs on a device
+    ("precision", "transformer_limits/numeric/precision.py", ("tests/test_precision.py",)),
+    ("device_arrays", "transformer_limits/numeric/device_arrays.py", ("tests/test_device_arrays.py",)),
+    ("devices", "transformer_limits/numeric/devices.py",
+     ("tests/test_device_selection.py", "tests/test_precision.py")),
+    ("running", "transformer_limits/verify/running.py",
+     ("tests/test_precision.py", "tests/test_device_selection.py", "tests/test_check_spec.py?")),
+    ("lyapunov", "transformer_limits/symbolic/lyapunov.py",
+     ("tests/test_lyapunov.py", "tests/test_numeric_edges.py", "tests/test_lyapunov_identity.py?")),
 ]
 
 # cosmic-ray operators used: one mutation per arithmetic site in mutmut's style (not the 10

@@ -49,3 +49,21 @@ def fresh_kernel_cache(tmp_path, monkeypatch):
     """An empty kernel cache for tests that inspect what gets written."""
     monkeypatch.setenv("TRANSFORMER_LIMITS_CACHE", str(tmp_path / "kcache"))
     return tmp_path / "kcache"
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """``fake_cuda(*names)``: the CUDA backends ``names`` (numba-cuda, cupy) report usable, the others not
+    (this machine may have no GPU: the device-selection tests replace the status probes)."""
+    from transformer_limits.numeric import backends
+    from transformer_limits.numeric.backends import BackendStatus
+
+    real = dict(backends._status_by_name())
+
+    def install(*names: str) -> None:
+        fake = dict(real)
+        for name in ("numba-cuda", "cupy"):
+            fake[name] = (BackendStatus(name, True, "0", f"fake GPU for {name}") if name in names
+                          else BackendStatus(name, False, None, f"{name} faked away"))
+        monkeypatch.setattr(backends, "_status_by_name", lambda: fake)
+    return install

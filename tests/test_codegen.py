@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from transformer_limits import kernel_cache
 from transformer_limits.numeric.backends import nvcc_path
+from transformer_limits.numeric.kernel_family import cuda_c_program
 from transformer_limits.numeric.kernel_family import ATTENTION
 from transformer_limits.symbolic.attention_kernels import attention_kernel_source
 from transformer_limits.symbolic.codegen import code_block, print_expr
@@ -143,7 +144,7 @@ def test_warm_cache_loads_kernels_without_sympy_and_numba_cache_persists(tmp_pat
 def test_generated_cuda_c_compiles_with_nvcc(tmp_path, shape):
     name, source = attention_kernel_source(*shape, "cuda-c")
     src = tmp_path / name
-    src.write_text(source)
+    src.write_text(cuda_c_program(source))
     out = subprocess.run([nvcc_path(), "--ptx", "-arch=sm_80", "-o", str(tmp_path / "k.ptx"), str(src)],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -155,7 +156,7 @@ def test_generated_cuda_c_compiles_with_nvcc(tmp_path, shape):
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")
 def test_elementwise_cuda_c_compiles_with_nvcc(tmp_path):
     src = tmp_path / "ew.cu"
-    src.write_text(elementwise_source(ACTIVATIONS, [x, y], "cuda-c"))
+    src.write_text(cuda_c_program(elementwise_source(ACTIVATIONS, [x, y], "cuda-c")))
     out = subprocess.run([nvcc_path(), "--ptx", "-o", str(tmp_path / "ew.ptx"), str(src)],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

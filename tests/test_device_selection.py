@@ -14,7 +14,6 @@ import pytest
 from transformer_limits.cli import main
 from transformer_limits.errors import InputError
 from transformer_limits.numeric import backends
-from transformer_limits.numeric.backends import BackendStatus
 from transformer_limits.numeric.devices import (DEVICES, backend_for, choose_backend, cuda_backends,
                                                 resolve_device)
 from transformer_limits.numeric.kernel_family import ATTENTION, FLOW_TAYLOR_JET, LAYER_ADJOINT, KernelFamily
@@ -33,20 +32,6 @@ def _cuda_unusable() -> bool:
 
 
 needs_no_gpu = pytest.mark.skipif(not _cuda_unusable(), reason="a CUDA backend is usable here")
-
-
-@pytest.fixture
-def fake_cuda(monkeypatch):
-    """``fake_cuda(*names)``: the CUDA backends ``names`` (numba-cuda, cupy) report usable, the others not."""
-    real = dict(backends._status_by_name())
-
-    def install(*names: str) -> None:
-        fake = dict(real)
-        for name in ("numba-cuda", "cupy"):
-            fake[name] = (BackendStatus(name, True, "0", f"fake GPU for {name}") if name in names
-                          else BackendStatus(name, False, None, f"{name} faked away"))
-        monkeypatch.setattr(backends, "_status_by_name", lambda: fake)
-    return install
 
 
 # ---------------------------------------------------------------------------------------------- devices

@@ -44,8 +44,8 @@ def test_experiment_declares_each_check_once_and_keeps_its_json_shape():
     assert exp.checks == (CheckSpec("a"), CheckSpec("b", alpha=0.05, tolerance=0.1))
     assert exp.check_names == ("a", "b") and exp.check("b").tolerance == 0.1
     assert list(exp.to_dict()) == ["name", "title", "paper", "claim", "derivations", "check_names", "profiles",
-                                   "budget_s", "requires"]
-    assert exp.to_dict()["check_names"] == ["a", "b"]
+                                   "budget_s", "requires", "precisions"]
+    assert exp.to_dict()["check_names"] == ["a", "b"] and exp.to_dict()["precisions"] == ["float64"]
     with pytest.raises(ValueError, match="declares no check 'c'"):
         exp.check("c")
     with pytest.raises(ValueError, match="more than once"):

@@ -29,7 +29,7 @@ from transformer_limits.numeric.attention.flow_taylor import (
     second_variation,
 )
 from transformer_limits.numeric.backends import REGISTRY
-from transformer_limits.numeric.kernel_family import FLOW_TAYLOR_JET
+from transformer_limits.numeric.kernel_family import FLOW_TAYLOR_JET, cuda_c_program
 from transformer_limits.symbolic.flow_taylor_kernels import jet_kernel_source
 
 DIMS = [(2, 2, 2), (3, 2, 1)]  # (d, d_k, d_v)
@@ -138,11 +138,13 @@ def test_bad_backends_and_shapes_are_refused():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("precision", ["float64", "float32"])
 @pytest.mark.parametrize("dims", DIMS)
-def test_cuda_c_source_compiles_with_nvcc_for_sm_90(tmp_path, dims):
+def test_cuda_c_source_compiles_with_nvcc_for_sm_90(tmp_path, dims, precision):
+    """The one source compiles as ``typedef double real`` and as ``typedef float real``."""
     name, source = jet_kernel_source(*dims, "cuda-c")
     src = tmp_path / name
-    src.write_text(source)
+    src.write_text(cuda_c_program(source, precision))
     out = subprocess.run([shutil.which("nvcc"), "--ptx", "-arch=sm_90", "-o", str(tmp_path / "k.ptx"), str(src)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

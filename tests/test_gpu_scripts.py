@@ -117,8 +117,11 @@ def test_bench_gpu_quick_runs_on_cpu(tmp_path, numba_layer_compiled):
     assert any(ln.split()[:1] == ["backend"] and "fwd upd/s" in ln for ln in lines)
     rows = {int(ln.split()[2]): ln.split() for ln in lines if ln.split()[:2] == ["numba", "float64"]}
     assert sorted(rows) == [32, 64]
-    assert any(ln.startswith("numba") and "float32: not available (" in ln for ln in lines)
     data = json.loads(out.read_text())
+    batched = data["batched"]
+    assert [(b["backend"], b["B"], b["N"]) for b in batched] == [("numba", 3, 16)]
+    assert batched[0]["speedup"] == pytest.approx(batched[0]["single_s"] / batched[0]["batched_s"])
+    assert any(ln.split()[:3] == ["numba", "3", "16"] and ln.endswith("x") for ln in lines)  # the batched table
     d, L, H = data["d"], data["L"], data["H"]
     f_fwd = 2 * d + 20 + 2 * d + 2  # logit 2 d_k, exp (20), value accumulation 2 d_v + normaliser 2
     assert data["flops_fwd"] == f_fwd
@@ -146,6 +149,8 @@ def test_bench_gpu_compares_a_cuda_backend_with_numba_in_the_simulator(tmp_path,
     assert len(rows) == 1 and rows[0]["fwd_x_numba"] is not None
     assert json.loads(out.read_text())["max_rel_dev_numba-cuda-sim"] < 1e-10
     assert rows[0]["roof_fwd"] is None  # the simulator runs on the CPU: no GPU roofline
+    assert "# skipped numba-cuda-sim: float32 not measured (float64 only" in r.stdout
+    assert [b["backend"] for b in json.loads(out.read_text())["batched"]] == ["numba", "numba-cuda-sim"]
 
 
 def test_bench_gpu_bad_argument(tmp_path):

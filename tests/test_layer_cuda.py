@@ -17,7 +17,7 @@ import pytest
 
 from transformer_limits.numeric.attention.layer import LAYER_BACKENDS, AttentionLayer
 from transformer_limits.numeric.backends import REGISTRY, nvcc_path
-from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
+from transformer_limits.numeric.kernel_family import LAYER_ADJOINT, cuda_c_program
 from transformer_limits.symbolic.attention_adjoint_kernels import adjoint_kernel_source
 
 SIM = REGISTRY["numba-cuda-sim"]
@@ -109,23 +109,74 @@ def test_gpu_sources_come_from_the_same_sympy_blocks_and_leave_numba_alone():
             assert out in text, (flavour, out)
     assert "numba.njit" in names["python-numba"][1] and "cuda.jit" not in names["python-numba"][1]
     assert all("fast_exp" not in names[f][1] for f in ("python-cuda", "cuda-c"))
-    assert names["python-cuda"][1].count("@cuda.jit") == 5
-    assert names["cuda-c"][1].count('extern "C" __global__') == 5
+    assert names["python-cuda"][1].count("@cuda.jit") == 6
+    assert names["cuda-c"][1].count('extern "C" __global__') == 6
+    assert "double" not in names["cuda-c"][1].split("\n", 3)[3]  # every real is `real` (float64 | float32)
+    assert all("atomic" not in names[f][1] for f in ("python-cuda", "cuda-c"))
     with pytest.raises(ValueError, match="unknown adjoint kernel flavour"):
         adjoint_kernel_source(D, DK, DV, "python-numpy")
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")
-def test_cuda_c_layer_kernels_compile_with_nvcc(tmp_path):
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_cuda_c_layer_kernels_compile_with_nvcc(tmp_path, precision):
+    """One CUDA C source, compiled as double and as float (``typedef ... real``): the float build has no
+    double-precision arithmetic at all."""
     _, source = adjoint_kernel_source(D, DK, DV, "cuda-c")
     src = tmp_path / "layer.cu"
-    src.write_text(source)
+    src.write_text(cuda_c_program(source, precision))
     out = subprocess.run([nvcc_path(), "--ptx", "-arch=sm_90", "-o", str(tmp_path / "layer.ptx"), str(src)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     ptx = (tmp_path / "layer.ptx").read_text()
-    for kernel in ("features", "forward", "head_sum", "adjoint_rows", "adjoint_keys"):
+    for kernel in ("features", "forward", "head_sum", "adjoint_rows", "adjoint_keys", "param_grads"):
         assert f".entry {kernel}" in ptx
+    assert (".f64" in ptx) == (precision == "float64")
+
+
+def _batched_kernels(X, Qs, Ks, Vs, Os, c, PC, base, *, causal, lions, beta):
+    """Run the six kernels directly on a batch (X, PC, base (B, N, d); Qs.. (PB, H, ...); c (B, H))."""
+    from transformer_limits.numeric.device_arrays import DeviceArrays
+    from transformer_limits.numeric.attention.layer import DeviceCache
+
+    B, N, d = X.shape
+    PB, H, d_k = Qs.shape[:3]
+    layer = AttentionLayer(d, d_k, Vs.shape[2], causal=causal, temperature=1 / beta, backend="numba-cuda-sim")
+    dev = DeviceArrays("numba-cuda-sim")
+    flat = lambda a: dev.put(a.reshape((-1,) + a.shape[2:]))  # noqa: E731
+    dX, dPC, dbase = (dev.put(a.reshape(B * N, d)) for a in (X, PC, base))
+    params, dc = [flat(a) for a in (Qs, Ks, Vs, Os)], dev.put(c.reshape(-1))
+    cache = DeviceCache.empty(dev, (B * H,), N, d_k, Vs.shape[2])
+    out, xout = dev.empty((B * N, d)), dev.empty((B * N, d))
+    layer.device_field(dX, *params, dc, B, H, N, PB, dbase, out, cache, dev.empty((B * H, N, d)))
+    grads = tuple(dev.empty((B * H,) + a.shape[2:]) for a in (Qs, Ks, Vs, Os))
+    layer.device_vjp(dX, *params, dc, B, H, N, PB, cache, dPC, dbase, xout, grads, lions=lions)
+    unflat = lambda a: dev.get(a).reshape((B, -1) + a.shape[1:])  # noqa: E731
+    return (unflat(out).reshape(B, N, d), unflat(xout).reshape(B, N, d), *(unflat(g) for g in grads))
+
+
+@needs_sim
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+def test_batched_kernels_solve_each_problem_and_add_the_residual(shared, causal):
+    """B = 3 problems in one launch: out_b = base_b + F_b and base_b + xbar_b, gradients per problem,
+    each equal to the single-problem NumPy reference (parameters shared, PB = 1, or per problem)."""
+    rng = np.random.default_rng(21 + shared + 2 * causal)
+    B, N = 3, 5
+    probs = [_problem(rng, N) for _ in range(B)]
+    X, PC = np.stack([p[0] for p in probs]), np.stack([p[6] for p in probs])
+    c = np.stack([p[5] for p in probs])
+    pick = (lambda k: probs[0][k][None]) if shared else (lambda k: np.stack([p[k] for p in probs]))
+    Qs, Ks, Vs, Os = (pick(k) for k in (1, 2, 3, 4))
+    base = rng.normal(size=X.shape)
+    got = _batched_kernels(X, Qs, Ks, Vs, Os, c, PC, base, causal=causal, lions=True, beta=1 / 0.7)
+    for b in range(B):
+        q = 0 if shared else b
+        ref = _layer_outputs("numpy", X[b], Qs[q], Ks[q], Vs[q], Os[q], c[b], PC[b], causal=causal, lions=True)
+        want = (base[b] + ref[0], base[b] + ref[1], *ref[2:])
+        for name, r, g in zip(("F", "xbar", "dQ", "dK", "dV", "dO"), want, (a[b] for a in got)):
+            assert g.shape == r.shape, name
+            assert np.max(np.abs(g - r)) <= 1e-12 * np.max(np.abs(r)), name
 
 
 @pytest.mark.gpu

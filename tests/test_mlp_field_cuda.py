@@ -20,7 +20,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.kernel_family import MLP_FIELD
+from transformer_limits.numeric.device_arrays import count_transfers
+from transformer_limits.numeric.kernel_family import MLP_FIELD, cuda_c_program
 from transformer_limits.numeric.sphere.mlp_field import MLP_BACKENDS, mlp_field_kernels
 from transformer_limits.symbolic.mlp_field_kernels import mlp_field_kernel_source
 from transformer_limits.symbolic.mlp_kernel import ACTIVATIONS
@@ -90,17 +91,22 @@ def test_no_tokens_gives_empty_outputs(backend):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("precision", ["float64", "float32"])
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-def test_cuda_c_source_compiles_with_nvcc_for_sm_90(tmp_path, activation):
+def test_cuda_c_source_compiles_with_nvcc_for_sm_90(tmp_path, activation, precision):
+    """The one cuda-c source compiles as double and as float (``typedef ... real``); the float32
+    program has no double-precision instruction left (no silent promotion through a literal)."""
     name, source = mlp_field_kernel_source(activation, "cuda-c")
+    assert "double" not in source
     src = tmp_path / name
-    src.write_text(source)
+    src.write_text(cuda_c_program(source, precision))
     out = subprocess.run([shutil.which("nvcc"), "--ptx", "-arch=sm_90", "-o", str(tmp_path / "k.ptx"), str(src)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     ptx = (tmp_path / "k.ptx").read_text()
     for kernel in ("features", "mlp_field_from_features", "zonal_kernel_matrix"):
         assert f".entry {kernel}" in ptx
+    assert (".f64" in ptx) == (precision == "float64")
 
 
 @pytest.mark.gpu
@@ -112,13 +118,46 @@ def test_gpu_backends_match_numpy_on_a_device(backend_name, activation):
     if not REGISTRY[backend_name].available:
         pytest.skip(f"backend {backend_name} unavailable: {REGISTRY[backend_name].reason}")
     rng = np.random.default_rng(3)
-    Y, U, b_U, W, b_W, X = _problem(rng, N=70, d=5, m=300)  # several 16 x 16 blocks per grid axis
+    Y, U, b_U, W, b_W, X = _problem(rng, N=70, d=5, m=300)  # many 128-thread blocks
     ref, kern = mlp_field_kernels(activation, "numpy"), mlp_field_kernels(activation, backend_name)
     np.testing.assert_allclose(kern.features(Y, U, b_U), ref.features(Y, U, b_U), rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(kern.mlp_field(Y, U, b_U, W, b_W), ref.mlp_field(Y, U, b_U, W, b_W),
                                rtol=1e-11, atol=1e-12)
     np.testing.assert_allclose(kern.kernel_matrix(X, SIGMA_U, SIGMA_W), ref.kernel_matrix(X, SIGMA_U, SIGMA_W),
                                rtol=1e-11, atol=1e-13)
+
+
+def test_device_mode_takes_and_returns_device_arrays_without_copies():
+    """``device=True`` on the simulator backend: device arrays in and out, no counted copy, same
+    values as the host API (which makes one copy per argument in and one out)."""
+    kern = mlp_field_kernels("tanh", "numba-cuda-sim")
+    Y, U, b_U, W, b_W, X = _problem(np.random.default_rng(5))
+    dev = kern.arrays
+    args = [dev.put(a) for a in (Y, U, b_U, W, b_W)]
+    coef = kern.device_coefficients(Y.shape[1], SIGMA_U)
+    with count_transfers() as log:
+        G = kern.mlp_field(*args, device=True)
+        F = kern.features(*args[:3], device=True)
+        K = kern.kernel_matrix(args[0], SIGMA_U, SIGMA_W, coef=coef)
+    assert (log.to_device, log.to_host) == (0, 0)
+    np.testing.assert_array_equal(dev.get(G), kern.mlp_field(Y, U, b_U, W, b_W))
+    np.testing.assert_array_equal(dev.get(F), kern.features(Y, U, b_U))
+    np.testing.assert_array_equal(dev.get(K), kern.kernel_matrix(Y, SIGMA_U, SIGMA_W))
+    with count_transfers() as log:
+        kern.mlp_field(Y, U, b_U, W, b_W)
+    assert (log.to_device, log.to_host) == (5, 1)
+
+
+def test_float32_only_where_a_float32_flavour_exists():
+    with pytest.raises(ValueError, match="precision"):
+        mlp_field_kernels("relu", "numba-cuda-sim", "float32")
+    with pytest.raises(ValueError, match="precision"):
+        mlp_field_kernels("relu", "numpy", "float16")
+    kern = mlp_field_kernels("gelu", "numpy", "float32")
+    Y, U, b_U, W, b_W, _ = _problem(np.random.default_rng(2))
+    G = kern.mlp_field(Y, U, b_U, W, b_W)
+    assert G.dtype == np.float32
+    np.testing.assert_allclose(G, mlp_field_kernels("gelu").mlp_field(Y, U, b_U, W, b_W), rtol=1e-5, atol=1e-5)
 
 
 def test_common_noise_sde_on_every_backend_matches_numpy(backend):

@@ -3,7 +3,7 @@
     transformer-limits report [--profile quick|full] --out DIR [--only NAME ...] [--seed N]
                               [--workers N] [--scheduler ADDRESS] [--store PATH.sqlite]
                               [--format text|json] [--no-progress] [--module FILE.py ...]
-                              [--device cpu|cuda|auto]
+                              [--device cpu|cuda|auto] [--precision float64|float32]
 
 Writes ``DIR/<name>/{results.json,report.md,report.html,*.png}`` per experiment and
 ``DIR/{index.md,index.html,summary.json}``.  The whole tree is built in a staging folder inside

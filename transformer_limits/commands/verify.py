@@ -3,6 +3,7 @@
     transformer-limits verify NAME [--profile quick|full] [--out DIR] [--seed N] [--workers N]
                                    [--scheduler ADDRESS] [--store PATH.sqlite] [--format text|json]
                                    [--no-progress] [--module FILE.py ...] [--device cpu|cuda|auto]
+                                   [--precision float64|float32]
     transformer-limits verify --list [--format json] [--module FILE.py ...]
 
 ``--module FILE.py`` (repeatable) imports a Python file first, which registers its experiments
@@ -26,6 +27,7 @@ from transformer_limits.errors import ExperimentCrashed
 
 PROFILE_CHOICES = ("quick", "full")
 DEVICE_CHOICES = ("cpu", "cuda", "auto")  # transformer_limits.numeric.devices.DEVICES
+PRECISION_CHOICES = ("float64", "float32")  # transformer_limits.numeric.precision.PRECISIONS
 #: ``--out`` needs at least this much free space up front (reports are a few MB at most)
 MIN_FREE_BYTES = 1 << 20
 
@@ -46,6 +48,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="where the kernels run: cpu (default), cuda (a GPU; bad input without one) or auto "
                         "(cuda where usable); kernels without a GPU flavour run on the CPU, and the report "
                         "says so")
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default="float64",
+                   help="floating-point precision of the simulations: float64 (default) or float32 (an option "
+                        "for GPU speed; experiments that declare it run in float32 and state their measured "
+                        "error against float64, the others run in float64 and say so)")
     p.add_argument("--module", action="append", metavar="FILE.py", default=None,
                    help="import this Python file first; it registers its experiments (repeatable; "
                         "see docs/extending.md)")
@@ -161,7 +167,8 @@ def make_config(args: argparse.Namespace, *, progress: bool):
     check_scheduler(scheduler)
     check_store(store)
     return ExperimentConfig(profile=args.profile, seed=args.seed, workers=workers, progress=progress,
-                            scheduler=scheduler, store=store, device=device)
+                            scheduler=scheduler, store=store, device=device,
+                            precision=getattr(args, "precision", "float64"))
 
 
 def check_device(device: str) -> None:
@@ -185,8 +192,10 @@ def verdict_table(payload: dict) -> str:
     width = max([len("check")] + [len(c["name"]) for c in checks])
     run_s = payload["provenance"].get("timings", {}).get("run_s")
     device = payload["provenance"].get("device", "cpu")
+    precision = payload["provenance"].get("precision", "float64")
     lines = [f"{payload['experiment']} — {payload['title']} (paper {payload['paper']}, profile "
              f"{payload['profile']}" + ("" if device == "cpu" else f", device {device}")
+             + ("" if precision == "float64" else f", {precision}")
              + (f", {run_s:.1f} s)" if run_s is not None else ")"),
              f"  {'check':<{width}}  verdict  {'expected':>10}  {'measured':>10}  CI"]
     for c in checks:

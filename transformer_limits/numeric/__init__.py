@@ -21,7 +21,10 @@ here needs SymPy at run time.
 * backends: :class:`Backend` records, :func:`resolve_backend` (a user's ``backend=`` string for a
   kernel family), :class:`KernelFamily`, :func:`available_backends`, :func:`backend_status`;
   devices: :func:`resolve_device` (``cpu`` | ``cuda`` | ``auto``) and :func:`backend_for` /
-  :func:`choose_backend` (the backend a kernel family uses on a device).
+  :func:`choose_backend` (the backend a kernel family uses on a device); precision:
+  ``float64`` (default) or ``float32``, checked by :func:`resolve_precision`; device arrays:
+  :class:`DeviceArrays` (where a GPU backend keeps a simulator's state) and
+  :func:`count_transfers` (host <-> device copies, :class:`TransferLog`).
 
 PyTorch-only parts (paper C's toy training: ``transformer_limits.numeric.torch.toy_gpt`` and
 ``transformer_limits.numeric.torch.optimizers``) are imported by module path, so the API works
@@ -57,6 +60,8 @@ _EXPORTS = {
     "init_params": "attention.transformer",
     "ForwardPass": "attention.transformer",
     "AdjointPass": "attention.transformer",
+    "BatchForwardPass": "attention.transformer",
+    "BatchAdjointPass": "attention.transformer",
     "SquaredErrorLoss": "attention.losses",
     "MeanPooledRegressionLoss": "attention.losses",
     "sample_tokens": "attention.losses",
@@ -122,6 +127,11 @@ _EXPORTS = {
     "DeviceChoice": "devices",
     "BackendChoice": "devices",
     "KernelFamily": "kernel_family",
+    # precision and device arrays
+    "resolve_precision": "precision",
+    "DeviceArrays": "device_arrays",
+    "TransferLog": "device_arrays",
+    "count_transfers": "device_arrays",
 }
 
 __all__ = install_lazy_exports(__name__, _EXPORTS)

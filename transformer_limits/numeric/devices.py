@@ -20,6 +20,11 @@ The device of a run is one of ``DEVICES``; :func:`resolve_device` turns it into 
 * ``cuda``: ``numba-cuda`` where it has ``python-cuda`` (and numba-cuda is usable), else ``cupy``
   where it has ``cuda-c`` (and CuPy is usable), else its CPU backend, and the reason says so
   (:attr:`BackendChoice.fallback`).
+
+At ``precision="float32"`` only the backends of
+:data:`transformer_limits.numeric.precision.FLOAT32_BACKENDS` qualify: on ``cpu`` ``numpy`` where
+the family has the ``python-numpy`` flavour, else ``blas`` (the attention layer's BLAS path); on
+``cuda`` ``cupy`` (the float32 compile of the cuda-c source), else that CPU backend.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 
 from transformer_limits.numeric.backends import REGISTRY, Backend
 from transformer_limits.numeric.kernel_family import FAMILIES, KernelFamily
+from transformer_limits.numeric.precision import FLOAT32_BACKENDS, resolve_precision
 
 __all__ = ["DEVICES", "DeviceChoice", "BackendChoice", "cuda_backends", "resolve_device", "choose_backend",
            "backend_for"]
@@ -92,7 +98,7 @@ def _family(family: KernelFamily | str) -> KernelFamily:
     return family
 
 
-def _cpu_backend(fam: KernelFamily, cpu_backend: str | None) -> str:
+def _cpu_backend(fam: KernelFamily, cpu_backend: str | None, precision: str) -> str:
     if cpu_backend is not None:
         # the caller's backend (e.g. "blas" for the attention layer, beyond the family's flavours):
         # only a CPU backend is checked here, its consumer resolves it
@@ -100,37 +106,51 @@ def _cpu_backend(fam: KernelFamily, cpu_backend: str | None) -> str:
             raise ValueError(f"cpu_backend must be a CPU backend "
                              f"({', '.join(n for n, b in REGISTRY.items() if b.device == 'cpu')}), "
                              f"got {cpu_backend!r}")
-        return cpu_backend
+        if precision == "float64" or cpu_backend in FLOAT32_BACKENDS:
+            return cpu_backend
+    if precision == "float32":  # numba kernels are float64 only
+        return "numpy" if "python-numpy" in fam.flavours else "blas"
     for flavour, name in (("python-numba", "numba"), ("python-numpy", "numpy")):
         if flavour in fam.flavours and REGISTRY[name].available:
             return name
     raise ValueError(f"family {fam.name!r} has no usable CPU flavour (flavours: {', '.join(fam.flavours)})")
 
 
-def choose_backend(device: str, family: KernelFamily | str, *, cpu_backend: str | None = None) -> BackendChoice:
+def choose_backend(device: str, family: KernelFamily | str, *, cpu_backend: str | None = None,
+                   precision: str = "float64") -> BackendChoice:
     """The backend kernel family ``family`` (a :class:`KernelFamily` or its name) runs on ``device``
-    (resolved by :func:`resolve_device`, so ``auto`` is allowed and an unusable ``cuda`` raises), and
-    why; see the module docstring for the order.  ``cpu_backend`` replaces the family's fastest CPU
-    backend (on ``cpu``, and as the fallback on ``cuda``): an experiment's tuned choice."""
+    (resolved by :func:`resolve_device`, so ``auto`` is allowed and an unusable ``cuda`` raises) at
+    ``precision`` (``float64`` | ``float32``), and why; see the module docstring for the order.
+    ``cpu_backend`` replaces the family's fastest CPU backend (on ``cpu``, and as the fallback on
+    ``cuda``): an experiment's tuned choice; at float32 a float64-only one is replaced (and the reason
+    says so)."""
     where = resolve_device(device).device
+    precision = resolve_precision(precision)
     fam = _family(family)
-    cpu = _cpu_backend(fam, cpu_backend)
+    cpu = _cpu_backend(fam, cpu_backend, precision)
+    f32 = "" if precision == "float64" else " in float32"
+    if cpu_backend is not None and cpu != cpu_backend:
+        f32 += f" ({cpu_backend} is float64 only)"
     if where == "cpu":
-        return BackendChoice(fam.name, "cpu", cpu, False, f"cpu: {cpu} runs {fam.title}")
+        return BackendChoice(fam.name, "cpu", cpu, False, f"cpu: {cpu} runs {fam.title}{f32}")
     skipped = []
     for flavour, name in (("python-cuda", "numba-cuda"), ("cuda-c", "cupy")):
         if flavour not in fam.flavours:
             continue
+        if precision == "float32" and name not in FLOAT32_BACKENDS:
+            skipped.append(f"{name}: float64 only")
+            continue
         if REGISTRY[name].available:
             return BackendChoice(fam.name, "cuda", name, False, f"cuda: {name} runs the {flavour} flavour "
-                                 f"of {fam.title}")
+                                 f"of {fam.title}{f32}")
         skipped.append(f"{name}: {REGISTRY[name].reason}")
     why = ("; ".join(skipped) if skipped
            else f"no GPU flavour; flavours: {', '.join(fam.flavours)}")
-    return BackendChoice(fam.name, "cuda", cpu, True, f"cuda asked, but {cpu} runs {fam.title} on the CPU "
+    return BackendChoice(fam.name, "cuda", cpu, True, f"cuda asked, but {cpu} runs {fam.title} on the CPU{f32} "
                          f"({why})")
 
 
-def backend_for(device: str, family: KernelFamily | str) -> str:
-    """Name of the backend kernel family ``family`` runs on ``device`` (:func:`choose_backend`)."""
-    return choose_backend(device, family).backend
+def backend_for(device: str, family: KernelFamily | str, precision: str = "float64") -> str:
+    """Name of the backend kernel family ``family`` runs on ``device`` at ``precision``
+    (:func:`choose_backend`)."""
+    return choose_backend(device, family, precision=precision).backend

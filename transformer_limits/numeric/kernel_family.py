@@ -29,7 +29,7 @@ from transformer_limits import kernel_cache
 from transformer_limits.numeric.backends import REGISTRY, Backend, resolve_backend
 
 __all__ = ["KernelFamily", "FAMILIES", "ATTENTION", "LAYER_ADJOINT", "MLP_FIELD", "FLOW_TAYLOR_JET",
-           "ELEMENTWISE_ACTIVATION", "load_source"]
+           "ELEMENTWISE_ACTIVATION", "CUDA_C_REAL_TYPES", "cuda_c_program", "load_source"]
 
 
 #: NVRTC (CuPy's compiler) has no math.h, so the constants SymPy's C99 printer uses (M_PI, M_SQRT2,
@@ -46,13 +46,29 @@ CUDA_C_MATH_CONSTANTS = "".join(
         ("M_SQRT1_2", "0.707106781186547524401")))
 
 
-def load_source(path: Path, flavour: str) -> Any:
-    """Load a generated source file of ``flavour``: a CuPy ``RawModule`` for ``cuda-c`` (compiled with
-    :data:`CUDA_C_MATH_CONSTANTS` in front), else the imported Python module."""
+#: the C type ``real`` of each precision of a CUDA C source (its numbers are printed as ``((real)x)``
+#: and its math functions by their overloaded names: symbolic/codegen.py)
+CUDA_C_REAL_TYPES = {"float64": "double", "float32": "float"}
+
+
+def cuda_c_program(source: str, precision: str = "float64") -> str:
+    """The text NVRTC (or nvcc) compiles for a generated CUDA C ``source``: ``typedef <type> real;``
+    for ``precision`` (``float64`` | ``float32``) and :data:`CUDA_C_MATH_CONSTANTS` in front."""
+    if precision not in CUDA_C_REAL_TYPES:
+        raise ValueError(f"precision must be one of {', '.join(CUDA_C_REAL_TYPES)}, got {precision!r}")
+    return f"typedef {CUDA_C_REAL_TYPES[precision]} real;\n" + CUDA_C_MATH_CONSTANTS + source
+
+
+def load_source(path: Path, flavour: str, precision: str = "float64") -> Any:
+    """Load a generated source file of ``flavour``: a CuPy ``RawModule`` for ``cuda-c``, compiled as
+    :func:`cuda_c_program` of ``precision``, else the imported Python module (which computes in the
+    dtype of the arrays it is given; ``precision`` is checked, nothing else)."""
+    if precision not in CUDA_C_REAL_TYPES:
+        raise ValueError(f"precision must be one of {', '.join(CUDA_C_REAL_TYPES)}, got {precision!r}")
     if flavour == "cuda-c":
         import cupy
 
-        code = CUDA_C_MATH_CONSTANTS + path.read_text(encoding="utf-8")
+        code = cuda_c_program(path.read_text(encoding="utf-8"), precision)
         return cupy.RawModule(code=code, options=("--std=c++14",))
     return kernel_cache.load_python_source(path)
 
@@ -98,10 +114,11 @@ class KernelFamily:
         path = kernel_cache.lookup_source(self.spec(flavour, **params))
         return self.generate(flavour, **params) if path is None else path
 
-    def load(self, backend: str, **params: object) -> ModuleType | Any:
-        """The loaded kernels of ``backend``'s flavour (Python module, or CuPy RawModule for cuda-c)."""
+    def load(self, backend: str, *, precision: str = "float64", **params: object) -> ModuleType | Any:
+        """The loaded kernels of ``backend``'s flavour (Python module, or CuPy RawModule for cuda-c,
+        compiled for ``precision``: float64 or float32; the same source either way)."""
         flavour = self.resolve(backend).flavour
-        return load_source(self.source_path(flavour, **params), flavour)
+        return load_source(self.source_path(flavour, **params), flavour, precision)
 
 
 _PY = ".py"

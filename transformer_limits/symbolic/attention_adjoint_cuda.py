@@ -6,57 +6,79 @@ The scalar formulas are the SymPy blocks of
 the ``scalar`` printer for ``numba.cuda.jit`` and by the C99 printer for CUDA C).  One template
 (``_kernels``) is written once against a small statement builder (``_PyLang``, ``_CLang``) and emits
 both sources, so the loop structure exists once and no formula is written by hand.  Layout
-(docs/theory.md §A.2), every kernel one thread per (head h, token) unless noted, with sums over a
-fixed index order only (no atomics: results are deterministic):
+(docs/theory.md §A.2): a batch of B independent problems (tokens X_b, parameters, head weights c_b) in one
+launch, thread t = (bh, i) with bh = b H + h (B = 1: one problem), every kernel one thread per (problem,
+head, token) unless noted, with sums over a fixed index order only (no atomics: deterministic):
 
-``features``      thread (h, i): QF[h, i] = Q_h x^i, KT[h, :, i] = K_h x^i, VT[h, :, i] = V_h x^i
-``forward``       thread (h, i): row maximum and softmax sums over the visible keys j (all, or
+``features``      thread (bh, i): QF[bh, i] = Q_h x_b^i, KT[bh, :, i] = K_h x_b^i, VT[bh, :, i] = V_h x_b^i
+``forward``       thread (bh, i): row maximum and softmax sums over the visible keys j (all, or
                   j <= i when causal) in two sweeps, A_h^i, log Z_h^i, and the head's share
-                  OH[h, i] = c_h O_h A_h^i of the layer field
-``head_sum``      thread i: OUT[i] = sum_h PARTS[h, i] (h in order): F from OH, xbar from XH
-``adjoint_rows``  thread (h, i): g^i = c_h O_h^T p^i, gA^i = <g^i, A^i>, one sweep over the visible j
+                  OH[bh, i] = c_bh O_h A_h^i of the layer field
+``head_sum``      thread (b, i): OUT[b, i] = BASE[b, i] + sum_h PARTS[bh, i] (h in order, then the
+                  residual): x_{r+1} = x_r + F from OH, p_r = p_{r+1} + xbar from XH; BASE = 0 gives F
+``adjoint_rows``  thread (bh, i): g^i = c_bh O_h^T p^i, gA^i = <g^i, A^i>, one sweep over the visible j
                   (P_ij = exp(logit - log Z^i) recomputed, pair score sbar_ij), qbar^i into QBAR,
-                  g^i, gA^i into G, GA, and the Jacobian term Q_h^T qbar^i into XH[h, i]
-``adjoint_keys``  thread (h, j): one sweep over the queries i that see j (all, or i >= j when causal),
+                  g^i, gA^i into G, GA, and the Jacobian term Q_h^T qbar^i into XH[bh, i]
+``adjoint_keys``  thread (bh, j): one sweep over the queries i that see j (all, or i >= j when causal),
                   recomputing P_ij from the stored log Z^i: kbar^j = sum_i sbar_ij d logit/d k,
                   vbar^j = sum_i P_ij g^i into KBAR, VBAR; with ``lions`` it adds the Lions term
-                  K_h^T kbar^j + V_h^T vbar^j to XH[h, j] (``lions`` off: the wrong-model control)
+                  K_h^T kbar^j + V_h^T vbar^j to XH[bh, j] (``lions`` off: the wrong-model control)
+``param_grads``   thread (bh, r): row r of dQ = sum_i qbar^i x^iT, dK, dV (kbar, vbar) or
+                  dO = c_bh sum_i p^i A^iT, i in order (plain contractions, no SymPy formula)
 
-Arrays (C order, float64): X, PC, F, XBAR (N, d); Qs, Ks (H, d_k, d); Vs (H, d_v, d); Os (H, d, d_v);
-c (H,); QF, QBAR, KBAR (H, N, d_k); KT (H, d_k, N); VT (H, d_v, N); A, G, VBAR (H, N, d_v);
-LOGZ, GA (H, N); OH, XH (H, N, d).  H and N are passed as integers, ``causal`` and ``lions`` as
-flags (bool in Python, int in C).
+Arrays (C order; ``real`` = double or float in CUDA C, float64 in Python): X, PC, BASE, OUT (B N, d),
+row b N + i; Qs, Ks (PB H, d_k, d); Vs (PB H, d_v, d); Os (PB H, d, d_v) with PB = 1 (one parameter
+set shared by the batch: set h) or PB = B (set bh); c (B H,); QF, QBAR, KBAR (B H, N, d_k);
+KT (B H, d_k, N); VT (B H, d_v, N); A, G, VBAR (B H, N, d_v); LOGZ, GA (B H, N); OH, XH (B H, N, d);
+DQ, DK (B H, d_k, d); DV (B H, d_v, d); DO (B H, d, d_v).  B, H, N, PB are passed as integers,
+``causal`` and ``lions`` as flags (bool in Python, int in C).
 """
 
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
-__all__ = ["cuda_source", "KERNEL_ARGS"]
+__all__ = ["cuda_source", "KERNEL_ARGS", "launch_threads"]
 
 #: (kernel name, arguments) in launch order; argument kinds: in, out, inout (arrays), real, flag, size
 KERNEL_ARGS: dict[str, tuple[tuple[str, str], ...]] = {
-    "features": (("X", "in"), ("Qs", "in"), ("Ks", "in"), ("Vs", "in"), ("H", "size"), ("N", "size"),
-                 ("QF", "out"), ("KT", "out"), ("VT", "out")),
+    "features": (("X", "in"), ("Qs", "in"), ("Ks", "in"), ("Vs", "in"), ("B", "size"), ("H", "size"), ("N", "size"),
+                 ("PB", "size"), ("QF", "out"), ("KT", "out"), ("VT", "out")),
     "forward": (("QF", "in"), ("KT", "in"), ("VT", "in"), ("Os", "in"), ("c", "in"), ("beta", "real"),
-                ("causal", "flag"), ("H", "size"), ("N", "size"), ("A", "out"), ("LOGZ", "out"), ("OH", "out")),
-    "head_sum": (("PARTS", "in"), ("H", "size"), ("N", "size"), ("OUT", "out")),
+                ("causal", "flag"), ("B", "size"), ("H", "size"), ("N", "size"), ("PB", "size"), ("A", "out"),
+                ("LOGZ", "out"), ("OH", "out")),
+    "head_sum": (("PARTS", "in"), ("BASE", "in"), ("B", "size"), ("H", "size"), ("N", "size"), ("OUT", "out")),
     "adjoint_rows": (("PC", "in"), ("Qs", "in"), ("Os", "in"), ("c", "in"), ("QF", "in"), ("KT", "in"),
                      ("VT", "in"), ("A", "in"), ("LOGZ", "in"), ("beta", "real"), ("causal", "flag"),
-                     ("H", "size"), ("N", "size"), ("QBAR", "out"), ("G", "out"), ("GA", "out"), ("XH", "out")),
+                     ("B", "size"), ("H", "size"), ("N", "size"), ("PB", "size"), ("QBAR", "out"), ("G", "out"),
+                     ("GA", "out"), ("XH", "out")),
     "adjoint_keys": (("Ks", "in"), ("Vs", "in"), ("QF", "in"), ("KT", "in"), ("VT", "in"), ("LOGZ", "in"),
                      ("G", "in"), ("GA", "in"), ("beta", "real"), ("causal", "flag"), ("lions", "flag"),
-                     ("H", "size"), ("N", "size"), ("KBAR", "out"), ("VBAR", "out"), ("XH", "inout")),
+                     ("B", "size"), ("H", "size"), ("N", "size"), ("PB", "size"), ("KBAR", "out"), ("VBAR", "out"),
+                     ("XH", "inout")),
+    "param_grads": (("X", "in"), ("PC", "in"), ("c", "in"), ("A", "in"), ("QBAR", "in"), ("KBAR", "in"),
+                    ("VBAR", "in"), ("B", "size"), ("H", "size"), ("N", "size"), ("DQ", "out"), ("DK", "out"),
+                    ("DV", "out"), ("DO", "out")),
 }
+
+def launch_threads(name: str, B: int, H: int, N: int, d: int, d_k: int, d_v: int) -> int:
+    """Threads of kernel ``name``'s launch: B H N, except head_sum (B N) and param_grads (B H R,
+    R = 2 d_k + d_v + d rows of the stacked parameter gradients)."""
+    if name == "head_sum":
+        return B * N
+    if name == "param_grads":
+        return B * H * (2 * d_k + d_v + d)
+    return B * H * N
 
 
 def _shapes(d: int, d_k: int, d_v: int) -> dict[str, tuple[str, ...]]:
     """Array shapes, as C expressions (for flat indexing)."""
-    s = {"X": ("N", d), "PC": ("N", d), "OUT": ("N", d), "Qs": ("H", d_k, d), "Ks": ("H", d_k, d),
-         "Vs": ("H", d_v, d), "Os": ("H", d, d_v), "c": ("H",), "QF": ("H", "N", d_k), "QBAR": ("H", "N", d_k),
-         "KBAR": ("H", "N", d_k), "KT": ("H", d_k, "N"), "VT": ("H", d_v, "N"), "A": ("H", "N", d_v),
-         "G": ("H", "N", d_v), "VBAR": ("H", "N", d_v), "LOGZ": ("H", "N"), "GA": ("H", "N"),
-         "OH": ("H", "N", d), "XH": ("H", "N", d), "PARTS": ("H", "N", d)}
+    s = {"X": ("BN", d), "PC": ("BN", d), "OUT": ("BN", d), "BASE": ("BN", d), "Qs": ("PH", d_k, d),
+         "Ks": ("PH", d_k, d), "Vs": ("PH", d_v, d), "Os": ("PH", d, d_v), "c": ("BH",), "QF": ("BH", "N", d_k),
+         "QBAR": ("BH", "N", d_k), "KBAR": ("BH", "N", d_k), "KT": ("BH", d_k, "N"), "VT": ("BH", d_v, "N"),
+         "A": ("BH", "N", d_v), "G": ("BH", "N", d_v), "VBAR": ("BH", "N", d_v), "LOGZ": ("BH", "N"),
+         "GA": ("BH", "N"), "OH": ("BH", "N", d), "XH": ("BH", "N", d), "PARTS": ("BH", "N", d),
+         "DQ": ("BH", d_k, d), "DK": ("BH", d_k, d), "DV": ("BH", d_v, d), "DO": ("BH", d, d_v)}
     return {k: tuple(str(x) for x in v) for k, v in s.items()}
 
 
@@ -68,7 +90,7 @@ class _PyLang:
     """Statements of a ``numba.cuda.jit`` kernel (printer ``scalar``)."""
 
     printer, comment = "scalar", "#"
-    exp, log, neg_inf = "math.exp", "math.log", "-math.inf"
+    exp, log, neg_inf, zero, and_ = "math.exp", "math.log", "-math.inf", "0.0", " and "
 
     def __init__(self, blocks, shapes: dict[str, tuple[str, ...]]):
         self.b, self.shapes = blocks, shapes
@@ -114,9 +136,10 @@ class _CLang(_PyLang):
     """Statements of an ``extern "C" __global__`` CUDA C kernel (C99 printer, flat row-major indexing)."""
 
     printer, comment = "c", "//"
-    exp, log, neg_inf = "exp", "log", "-INFINITY"
-    _TYPES = {"in": "const double* __restrict__ ", "out": "double* __restrict__ ", "inout": "double* ",
-              "real": "const double ", "flag": "const int ", "size": "const long long "}
+    # ``real`` is double or float (typedef in front: kernel_family.cuda_c_program); exp/log overloaded
+    exp, log, neg_inf, zero, and_ = "exp", "log", "-INFINITY", "((real)0.0)", " && "
+    _TYPES = {"in": "const real* __restrict__ ", "out": "real* __restrict__ ", "inout": "real* ",
+              "real": "const real ", "flag": "const int ", "size": "const long long "}
 
     def at(self, arr: str, *idx: object) -> str:
         flat = str(idx[0])
@@ -125,10 +148,10 @@ class _CLang(_PyLang):
         return f"{arr}[{flat}]"
 
     def let(self, name: str, expr: str) -> list[str]:
-        return [f"const double {name} = {expr};"]
+        return [f"const real {name} = {expr};"]
 
     def var(self, name: str, expr: str) -> list[str]:
-        return [f"double {name} = {expr};"]
+        return [f"real {name} = {expr};"]
 
     def ilet(self, name: str, expr: str) -> list[str]:
         return [f"const long long {name} = {expr};"]
@@ -152,7 +175,7 @@ class _CLang(_PyLang):
         return f"{a} / {b}"
 
     def sym(self, group: str) -> list[str]:
-        return self.b.lines(group, "c", declare="const double ")
+        return self.b.lines(group, "c", declare="const real ")
 
     def kernel(self, name: str, body: list[str]) -> list[str]:
         sig = ", ".join(self._TYPES[kind] + n for n, kind in KERNEL_ARGS[name])
@@ -167,67 +190,101 @@ class _CLang(_PyLang):
 
 
 def _kernels(L: _PyLang, d: int, d_k: int, d_v: int) -> list[str]:
-    """The five kernels (see the module docstring) in the statements of ``L``."""
+    """The six kernels (see the module docstring) in the statements of ``L``."""
     def loads(sym: str, n: int, arr: str, *idx: str) -> list[str]:
         return [s for a in range(n) for s in L.let(f"{sym}_{a}", L.at(arr, *idx, a))]
 
-    def cols(sym: str, n: int, arr: str, h: str, j: str) -> list[str]:  # transposed (H, n, N) arrays
+    def cols(sym: str, n: int, arr: str, h: str, j: str) -> list[str]:  # transposed (B*H, n, N) arrays
         return [s for a in range(n) for s in L.let(f"{sym}_{a}", L.at(arr, h, a, j))]
 
-    def unpack(name: str, rows: int, cols_: int) -> list[str]:
+    def unpack(name: str, rows: int, cols_: int) -> list[str]:  # parameter set ph (shared or per problem)
         return [s for a in range(rows) for b in range(cols_)
-                for s in L.let(f"{name}_{a}_{b}", L.at(f"{name}s", "h", a, b))]
+                for s in L.let(f"{name}_{a}_{b}", L.at(f"{name}s", "ph", a, b))]
 
     def stores(arr: str, sym: str, n: int, *idx: str, op: Callable[[str, str], list[str]] = L.set) -> list[str]:
         return [s for a in range(n) for s in op(L.at(arr, *idx, a), f"{sym}_{a}")]
 
     def zeros(sym: str, n: int) -> list[str]:
-        return [s for a in range(n) for s in L.var(f"{sym}_{a}", "0.0")]
+        return [s for a in range(n) for s in L.var(f"{sym}_{a}", L.zero)]
 
-    head_row = L.guard("H * N") + L.ilet("h", L.div("t", "N")) + L.ilet("i", "t - h * N")
+    # thread t = (bh, i), bh = bi * H + h: problem bi, head h, token i (row bi * N + i of X, PC);
+    # parameters of set ph = bh (PB = B sets) or h (PB = 1: one set shared by the batch)
+    head_row = (L.guard("B * H * N") + L.ilet("bh", L.div("t", "N")) + L.ilet("i", "t - bh * N")
+                + L.ilet("bi", L.div("bh", "H")) + L.ilet("h", "bh - bi * H")
+                + L.ilet("ph", L.cond("PB > 1", "bh", "h")))
+    row = L.ilet("row", "bi * N + i")
     stop = L.ilet("stop", L.cond("causal", "i + 1", "N"))
-    features = (head_row + unpack("Q", d_k, d) + unpack("K", d_k, d) + unpack("V", d_v, d)
-                + loads("x", d, "X", "i") + loads("y", d, "X", "i") + L.sym("query") + L.sym("key")
-                + stores("QF", "q", d_k, "h", "i")
-                + [s for a in range(d_k) for s in L.set(L.at("KT", "h", a, "i"), f"k_{a}")]
-                + [s for a in range(d_v) for s in L.set(L.at("VT", "h", a, "i"), f"v_{a}")])
-    logit_at_j = cols("k", d_k, "KT", "h", "j") + L.sym("logit")
-    forward = (head_row + stop + loads("q", d_k, "QF", "h", "i") + L.var("m", L.neg_inf)
+    features = (head_row + row + unpack("Q", d_k, d) + unpack("K", d_k, d) + unpack("V", d_v, d)
+                + loads("x", d, "X", "row") + loads("y", d, "X", "row") + L.sym("query") + L.sym("key")
+                + stores("QF", "q", d_k, "bh", "i")
+                + [s for a in range(d_k) for s in L.set(L.at("KT", "bh", a, "i"), f"k_{a}")]
+                + [s for a in range(d_v) for s in L.set(L.at("VT", "bh", a, "i"), f"v_{a}")])
+    logit_at_j = cols("k", d_k, "KT", "bh", "j") + L.sym("logit")
+    forward = (head_row + stop + loads("q", d_k, "QF", "bh", "i") + L.var("m", L.neg_inf)
                + L.loop("j", "0", "stop", logit_at_j + L.if_("logit > m", L.set("m", "logit")))
-               + L.var("s", "0.0") + zeros("acc", d_v)
+               + L.var("s", L.zero) + zeros("acc", d_v)
                + L.loop("j", "0", "stop", logit_at_j + L.let("e", f"{L.exp}(logit - m)") + L.add("s", "e")
-                        + [x for c in range(d_v) for x in L.add(f"acc_{c}", f"e * {L.at('VT', 'h', c, 'j')}")])
-               + [x for c in range(d_v) for x in L.let(f"A_{c}", f"acc_{c} / s")] + stores("A", "A", d_v, "h", "i")
-               + L.set(L.at("LOGZ", "h", "i"), f"m + {L.log}(s)") + L.let("wh", L.at("c", "h"))
-               + unpack("O", d, d_v) + L.sym("head_out") + stores("OH", "o", d, "h", "i"))
-    head_sum = (L.guard("N") + L.ilet("i", "t") + zeros("acc", d)
-                + L.loop("h", "0", "H", [x for a in range(d) for x in L.add(f"acc_{a}", L.at("PARTS", "h", "i", a))])
-                + stores("OUT", "acc", d, "i"))
-    rows = (head_row + stop + loads("ct", d, "PC", "i") + L.let("wh", L.at("c", "h")) + unpack("O", d, d_v)
-            + L.sym("cotangent") + loads("A", d_v, "A", "h", "i") + L.sym("g_dot_a") + loads("q", d_k, "QF", "h", "i")
-            + L.let("lz", L.at("LOGZ", "h", "i")) + zeros("qb", d_k)
-            + L.loop("j", "0", "stop", logit_at_j + cols("v", d_v, "VT", "h", "j")
+                        + [x for c in range(d_v) for x in L.add(f"acc_{c}", f"e * {L.at('VT', 'bh', c, 'j')}")])
+               + [x for c in range(d_v) for x in L.let(f"A_{c}", f"acc_{c} / s")] + stores("A", "A", d_v, "bh", "i")
+               + L.set(L.at("LOGZ", "bh", "i"), f"m + {L.log}(s)") + L.let("wh", L.at("c", "bh"))
+               + unpack("O", d, d_v) + L.sym("head_out") + stores("OH", "o", d, "bh", "i"))
+    # OUT = BASE + sum_h PARTS (h in order, then the residual): x_{r+1} = x_r + F, p_r = p_{r+1} + xbar
+    head_sum = (L.guard("B * N") + L.ilet("bi", L.div("t", "N")) + L.ilet("i", "t - bi * N") + zeros("acc", d)
+                + L.loop("h", "0", "H", [x for a in range(d)
+                                         for x in L.add(f"acc_{a}", L.at("PARTS", "bi * H + h", "i", a))])
+                + [x for a in range(d) for x in L.set(L.at("OUT", "t", a), f"{L.at('BASE', 't', a)} + acc_{a}")])
+    rows = (head_row + row + stop + loads("ct", d, "PC", "row") + L.let("wh", L.at("c", "bh")) + unpack("O", d, d_v)
+            + L.sym("cotangent") + loads("A", d_v, "A", "bh", "i") + L.sym("g_dot_a") + loads("q", d_k, "QF", "bh", "i")
+            + L.let("lz", L.at("LOGZ", "bh", "i")) + zeros("qb", d_k)
+            + L.loop("j", "0", "stop", logit_at_j + cols("v", d_v, "VT", "bh", "j")
                      + L.let("p", f"{L.exp}(logit - lz)") + L.sym("pair_score") + L.sym("query_inc")
                      + [x for b in range(d_k) for x in L.add(f"qb_{b}", f"dq_{b}")])
-            + stores("QBAR", "qb", d_k, "h", "i") + stores("G", "g", d_v, "h", "i") + L.set(L.at("GA", "h", "i"), "gA")
-            + unpack("Q", d_k, d) + L.sym("jac_vjp") + stores("XH", "xj", d, "h", "i"))
-    keys = (L.guard("H * N") + L.ilet("h", L.div("t", "N")) + L.ilet("j", "t - h * N")
-            + L.ilet("start", L.cond("causal", "j", "0"))
-            + cols("k", d_k, "KT", "h", "j") + cols("v", d_v, "VT", "h", "j")
+            + stores("QBAR", "qb", d_k, "bh", "i") + stores("G", "g", d_v, "bh", "i")
+            + L.set(L.at("GA", "bh", "i"), "gA") + unpack("Q", d_k, d) + L.sym("jac_vjp")
+            + stores("XH", "xj", d, "bh", "i"))
+    keys = (head_row + L.ilet("j", "i") + L.ilet("start", L.cond("causal", "j", "0"))
+            + cols("k", d_k, "KT", "bh", "j") + cols("v", d_v, "VT", "bh", "j")
             + zeros("kb", d_k) + zeros("vb", d_v)
-            + L.loop("i", "start", "N", loads("q", d_k, "QF", "h", "i") + L.sym("logit")
-                     + L.let("p", f"{L.exp}(logit - {L.at('LOGZ', 'h', 'i')})") + loads("g", d_v, "G", "h", "i")
-                     + L.let("gA", L.at("GA", "h", "i")) + L.sym("pair_score") + L.sym("key_inc") + L.sym("value_inc")
+            + L.loop("iq", "start", "N", loads("q", d_k, "QF", "bh", "iq") + L.sym("logit")
+                     + L.let("p", f"{L.exp}(logit - {L.at('LOGZ', 'bh', 'iq')})") + loads("g", d_v, "G", "bh", "iq")
+                     + L.let("gA", L.at("GA", "bh", "iq")) + L.sym("pair_score") + L.sym("key_inc")
+                     + L.sym("value_inc")
                      + [x for b in range(d_k) for x in L.add(f"kb_{b}", f"dk_{b}")]
                      + [x for c in range(d_v) for x in L.add(f"vb_{c}", f"dv_{c}")])
-            + stores("KBAR", "kb", d_k, "h", "j") + stores("VBAR", "vb", d_v, "h", "j")
+            + stores("KBAR", "kb", d_k, "bh", "j") + stores("VBAR", "vb", d_v, "bh", "j")
             + L.if_("lions", unpack("K", d_k, d) + unpack("V", d_v, d) + L.sym("lions_vjp")
-                    + stores("XH", "xl", d, "h", "j", op=L.add)))
+                    + stores("XH", "xl", d, "bh", "j", op=L.add)))
     out = L.preamble()
     for name, body in (("features", features), ("forward", forward), ("head_sum", head_sum),
-                       ("adjoint_rows", rows), ("adjoint_keys", keys)):
+                       ("adjoint_rows", rows), ("adjoint_keys", keys), ("param_grads", _param_grads(L, d, d_k, d_v))):
         out += L.kernel(name, body)
     return out
+
+
+def _param_grads(L: _PyLang, d: int, d_k: int, d_v: int) -> list[str]:
+    """Thread (bh, r), r < R = 2 d_k + d_v + d: row r of the stacked (dQ; dK; dV; dO) of head bh, a plain
+    contraction over the tokens i in order (no atomics): dQ_bh = sum_i qbar^i x^iT (likewise dK, dV with
+    kbar, vbar) and dO_bh = c_bh sum_i p^i A^iT."""
+    R = 2 * d_k + d_v + d
+    head = (L.guard(f"B * H * {R}") + L.ilet("bh", L.div("t", str(R))) + L.ilet("r", f"t - bh * {R}")
+            + L.ilet("bi", L.div("bh", "H")))
+
+    def bar_rows(lo: int, n: int, bar: str, out: str) -> list[str]:  # rows lo.. lo+n-1: sum_i bar^i_a x^iT
+        acc = [s for e in range(d) for s in L.var(f"acc_{e}", L.zero)]
+        body = L.let("u", L.at(bar, "bh", "i", "a")) + [
+            s for e in range(d) for s in L.add(f"acc_{e}", f"u * {L.at('X', 'bi * N + i', e)}")]
+        return L.if_(f"r >= {lo} and r < {lo + n}".replace(" and ", L.and_), L.ilet("a", f"r - {lo}") + acc
+                     + L.loop("i", "0", "N", body)
+                     + [s for e in range(d) for s in L.set(L.at(out, "bh", "a", e), f"acc_{e}")])
+
+    lo = 2 * d_k + d_v
+    acc = [s for e in range(d_v) for s in L.var(f"acc_{e}", L.zero)]
+    body = L.let("u", L.at("PC", "bi * N + i", "a")) + [
+        s for e in range(d_v) for s in L.add(f"acc_{e}", f"u * {L.at('A', 'bh', 'i', e)}")]
+    o_rows = L.if_(f"r >= {lo}", L.ilet("a", f"r - {lo}") + acc + L.loop("i", "0", "N", body)
+                   + [s for e in range(d_v) for s in L.set(L.at("DO", "bh", "a", e), f"{L.at('c', 'bh')} * acc_{e}")])
+    return (head + bar_rows(0, d_k, "QBAR", "DQ") + bar_rows(d_k, d_k, "KBAR", "DK")
+            + bar_rows(2 * d_k, d_v, "VBAR", "DV") + o_rows)
 
 
 def cuda_source(blocks, flavour: str) -> str:

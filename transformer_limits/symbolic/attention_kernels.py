@@ -267,11 +267,11 @@ def _source_numpy(b: _Blocks) -> str:
 # --------------------------------------------------------------------------- CUDA C (CuPy)
 def _c_bodies(b: _Blocks) -> dict[str, list[str]]:
     d, d_k, d_v = b.d, b.d_k, b.d_v
-    P, decl = "c", "const double "
+    P, decl = "c", "const real "
     params: list[str] = []  # parameter loads are prepended per kernel by _source_c (used ones only)
 
     def loads(name: str, n: int, arr: str, idx: str, stride: int) -> list[str]:
-        return [f"const double {name}_{a} = {arr}[{idx} * {stride} + {a}];" for a in range(n)]
+        return [f"const real {name}_{a} = {arr}[{idx} * {stride} + {a}];" for a in range(n)]
 
     def logit_at() -> list[str]:
         return loads("k", d_k, "KF", "j", d_k) + b.logit.lines(P, declare=decl)
@@ -283,18 +283,18 @@ def _c_bodies(b: _Blocks) -> dict[str, list[str]]:
            + [f"UF[j * {d} + {a}] = u_{a};" for a in range(d)])
     head_i = ["const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;", "if (i >= N) return;"]
     fwd = (head_i + params + loads("x", d, "X", "i", d) + b.q.lines(P, declare=decl)
-           + ["double m = -INFINITY;", "for (long long j = 0; j < M; ++j) {"]
-           + ["    " + s for s in logit_at()] + ["    if (w[j] > 0.0) m = fmax(m, logit);  // zero-weight atoms must not set the shift", "}",
-              "double s = 0.0;"]
-           + [f"double acc_{c} = 0.0;" for c in range(d_v)] + ["for (long long j = 0; j < M; ++j) {"]
+           + ["real m = -INFINITY;", "for (long long j = 0; j < M; ++j) {"]
+           + ["    " + s for s in logit_at()] + ["    if (w[j] > ((real)0.0)) m = fmax(m, logit);  // zero-weight atoms must not set the shift", "}",
+              "real s = ((real)0.0);"]
+           + [f"real acc_{c} = ((real)0.0);" for c in range(d_v)] + ["for (long long j = 0; j < M; ++j) {"]
            + ["    " + s for s in logit_at()]
-           + ["    const double e = w[j] > 0.0 ? w[j] * exp(logit - m) : 0.0;  // no 0 * inf", "    s += e;"]
+           + ["    const real e = w[j] > ((real)0.0) ? w[j] * exp(logit - m) : ((real)0.0);  // no 0 * inf", "    s += e;"]
            + [f"    acc_{c} += e * VF[j * {d_v} + {c}];" for c in range(d_v)] + ["}"]
            + [f"A[i * {d_v} + {c}] = acc_{c} / s;" for c in range(d_v)] + ["LOGZ[i] = m + log(s);"])
     common_i = (params + loads("x", d, "X", "i", d) + b.q.lines(P, declare=decl)
-                + loads("A", d_v, "A", "i", d_v) + ["const double lz = LOGZ[i];"])
-    pair_j = logit_at() + ["const double p = exp(logit - lz);"] + loads("v", d_v, "VF", "j", d_v)
-    jac = (head_i + common_i + [f"double acc_{c}_{a} = 0.0;" for c in range(d_v) for a in range(d)]
+                + loads("A", d_v, "A", "i", d_v) + ["const real lz = LOGZ[i];"])
+    pair_j = logit_at() + ["const real p = exp(logit - lz);"] + loads("v", d_v, "VF", "j", d_v)
+    jac = (head_i + common_i + [f"real acc_{c}_{a} = ((real)0.0);" for c in range(d_v) for a in range(d)]
            + ["for (long long j = 0; j < M; ++j) {"]
            + ["    " + s for s in pair_j + loads("u", d, "UF", "j", d) + b.jac.lines(P, declare=decl)]
            + [f"    acc_{c}_{a} += w[j] * jac_{c}_{a};" for c in range(d_v) for a in range(d)] + ["}"]
@@ -311,23 +311,23 @@ def _c_bodies(b: _Blocks) -> dict[str, list[str]]:
 
 
 _C_SIGNATURES = {
-    "key": "const double* __restrict__ Y, const double* __restrict__ Q, const double* __restrict__ K, "
-           "const double* __restrict__ V, double* __restrict__ KF, double* __restrict__ VF, "
-           "double* __restrict__ UF, const long long M",
-    "forward": "const double* __restrict__ X, const double* __restrict__ w, const double* __restrict__ Q, "
-               "const double* __restrict__ KF, const double* __restrict__ VF, double* __restrict__ A, "
-               "double* __restrict__ LOGZ, const long long N, const long long M",
-    "jacobian": "const double* __restrict__ X, const double* __restrict__ w, const double* __restrict__ Q, "
-                "const double* __restrict__ KF, const double* __restrict__ VF, const double* __restrict__ UF, "
-                "const double* __restrict__ A, const double* __restrict__ LOGZ, double* __restrict__ J, "
+    "key": "const real* __restrict__ Y, const real* __restrict__ Q, const real* __restrict__ K, "
+           "const real* __restrict__ V, real* __restrict__ KF, real* __restrict__ VF, "
+           "real* __restrict__ UF, const long long M",
+    "forward": "const real* __restrict__ X, const real* __restrict__ w, const real* __restrict__ Q, "
+               "const real* __restrict__ KF, const real* __restrict__ VF, real* __restrict__ A, "
+               "real* __restrict__ LOGZ, const long long N, const long long M",
+    "jacobian": "const real* __restrict__ X, const real* __restrict__ w, const real* __restrict__ Q, "
+                "const real* __restrict__ KF, const real* __restrict__ VF, const real* __restrict__ UF, "
+                "const real* __restrict__ A, const real* __restrict__ LOGZ, real* __restrict__ J, "
                 "const long long N, const long long M",
-    "lions": "const double* __restrict__ X, const double* __restrict__ Q, const double* __restrict__ K, "
-             "const double* __restrict__ V, const double* __restrict__ KF, const double* __restrict__ VF, "
-             "const double* __restrict__ A, const double* __restrict__ LOGZ, double* __restrict__ LIONS, "
+    "lions": "const real* __restrict__ X, const real* __restrict__ Q, const real* __restrict__ K, "
+             "const real* __restrict__ V, const real* __restrict__ KF, const real* __restrict__ VF, "
+             "const real* __restrict__ A, const real* __restrict__ LOGZ, real* __restrict__ LIONS, "
              "const long long N, const long long M",
-    "flat": "const double* __restrict__ X, const double* __restrict__ Q, const double* __restrict__ KF, "
-            "const double* __restrict__ VF, const double* __restrict__ A, const double* __restrict__ LOGZ, "
-            "double* __restrict__ FLAT, const long long N, const long long M",
+    "flat": "const real* __restrict__ X, const real* __restrict__ Q, const real* __restrict__ KF, "
+            "const real* __restrict__ VF, const real* __restrict__ A, const real* __restrict__ LOGZ, "
+            "real* __restrict__ FLAT, const long long N, const long long M",
 }
 
 
@@ -338,7 +338,7 @@ def _source_c(b: _Blocks) -> str:
         body = bodies[kind]
         text = "\n".join(body)
         # load only the parameter entries this kernel reads (the signature passes only those arrays)
-        loads = [f"const double {s} = {arr}[{r * b.d + c}];" for s, arr, r, c in b.params()
+        loads = [f"const real {s} = {arr}[{r * b.d + c}];" for s, arr, r, c in b.params()
                  if re.search(rf"\b{s}\b", text)]
         out += [f'extern "C" __global__ void {_NAMES[kind]}({_C_SIGNATURES[kind]})', "{",
                 indent(body[:2] + loads + body[2:] if kind in ("key", "forward", "jacobian")

@@ -135,10 +135,31 @@ class _NumpyPrinter(_FoldMinMax, NumPyPrinter):
 
 
 class _CPrinter(_FoldMinMax, C99CodePrinter):
-    """C99 double-precision code for CUDA C."""
+    """CUDA C on the scalar type ``real`` (``typedef double real;`` or ``float``, put in front of the
+    source when it is loaded: :data:`CUDA_C_REAL_TYPES`): every number is printed as a ``real``
+    (``((real)0.5)``, ``((real)M_SQRT2)``) and the math functions by their overloaded C++ names
+    (``exp``, ``fmax``: CUDA has ``float`` overloads), so one source is computed wholly in double
+    or wholly in single precision, never promoted halfway."""
 
     _max_fn = "fmax"
     _min_fn = "fmin"
+
+    def _print(self, expr, **kwargs):
+        if isinstance(expr, sp.Basic) and expr in self.math_macros:  # sqrt(2) -> M_SQRT2, log(2) -> M_LN2
+            return f"((real){self.math_macros[expr]})"
+        return super()._print(expr, **kwargs)
+
+    def _print_Pow(self, expr, rational=False):
+        return _print_square(self, expr) or super()._print_Pow(expr)
+
+    def _print_Integer(self, expr):
+        return f"((real){float(expr)!r})"
+
+    def _print_Float(self, expr):
+        return f"((real){float(expr)!r})"
+
+    def _print_Rational(self, expr):
+        return f"((real)({float(expr.p)!r}/{float(expr.q)!r}))"
 
 
 PRINTERS: dict[str, CodePrinter] = {

@@ -8,7 +8,8 @@ activations (ReLU, tanh, SiLU, ...) and their derivatives go through:
 ``python-numpy``   vectorised (``numpy.where`` for Piecewise, ``numpy.maximum`` for Max)
 ``python-numba``   ``numba.njit(parallel=True, cache=True)`` loop over the flattened arrays
 ``python-cuda``    ``numba.cuda.jit`` kernel, one thread per element (also the CUDA simulator)
-``cuda-c``         CUDA C (C99 printer) ``extern "C" __global__ void kernel(..., long long n)``
+``cuda-c``         CUDA C (C99 printer) ``extern "C" __global__ void kernel(..., long long n)`` in the
+                   type ``real`` (double or float: :func:`~transformer_limits.numeric.kernel_family.cuda_c_program`)
 
 :func:`activation_kernel_source` is the generator of the kernel family
 :data:`transformer_limits.numeric.kernel_family.ELEMENTWISE_ACTIVATION` (phi and phi' of a named
@@ -76,11 +77,12 @@ def elementwise_source(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbo
                           f"def kernel({args}):", "    i = cuda.grid(1)",
                           f"    if i < IN_{names_in[0]}.shape[0]:",
                           indent(loads + block.lines("scalar") + stores, 2), ""])
-    params = ", ".join([f"const double* __restrict__ IN_{n}" for n in names_in]
-                       + [f"double* __restrict__ OUT_{n}" for n in names_out] + ["const long long n"])
+    # `real` (double or float) is typedef'd by kernel_family.cuda_c_program
+    params = ", ".join([f"const real* __restrict__ IN_{n}" for n in names_in]
+                       + [f"real* __restrict__ OUT_{n}" for n in names_out] + ["const long long n"])
     body = (["const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;", "if (i >= n) return;"]
-            + [f"const double {n} = IN_{n}[i];" for n in names_in]
-            + block.lines("c", declare="const double ") + [f"OUT_{n}[i] = {n};" for n in names_out])
+            + [f"const real {n} = IN_{n}[i];" for n in names_in]
+            + block.lines("c", declare="const real ") + [f"OUT_{n}[i] = {n};" for n in names_out])
     return "\n".join([f'extern "C" __global__ void kernel({params})', "{", indent(body, 1), "}", ""])
 
 

@@ -94,13 +94,13 @@ def _row_body(d: int, d_k: int, d_v: int, lang: str) -> tuple[list[str], list[st
     printer, end, exp = ("c", ";", "exp") if c else ("scalar", "", "math.exp")
 
     def code(group: str) -> list[str]:
-        return blocks[group].lines(printer, declare="const double " if c else "")
+        return blocks[group].lines(printer, declare="const real " if c else "")
 
     def let(name: str, value: str) -> str:  # a value fixed in its scope
-        return f"const double {name} = {value};" if c else f"{name} = {value}"
+        return f"const real {name} = {value};" if c else f"{name} = {value}"
 
-    def var(name: str, value: str) -> str:  # an accumulator
-        return f"double {name} = {value};" if c else f"{name} = {value}"
+    def var(name: str, value: str) -> str:  # an accumulator; C literals in the kernel's real type
+        return f"real {name} = {'((real)0.0)' if value == '0.0' else value};" if c else f"{name} = {value}"
 
     def add(name: str, value: str) -> str:
         return f"{name} += {value}{end}"
@@ -136,7 +136,7 @@ def _row_body(d: int, d_k: int, d_v: int, lang: str) -> tuple[list[str], list[st
 
 
 def _params(d: int, d_k: int, d_v: int, c: bool) -> list[str]:
-    return [f"const double {n}_{a}_{b} = {n}[{a * d + b}];" if c else f"{n}_{a}_{b} = {n}[{a}, {b}]"
+    return [f"const real {n}_{a}_{b} = {n}[{a * d + b}];" if c else f"{n}_{a}_{b} = {n}[{a}, {b}]"
             for n, rows in (("Q", d_k), ("K", d_k), ("V", d_v)) for a in range(rows) for b in range(d)]
 
 
@@ -164,8 +164,8 @@ def _source_cuda(d: int, d_k: int, d_v: int):
 
 def _source_c(d: int, d_k: int, d_v: int):
     row, fingerprints = _row_body(d, d_k, d_v, "c")
-    ins = ", ".join(f"const double* __restrict__ {n}" for n in ("X", "DX", "Y", "DY", "w", "Q", "K", "V"))
-    outs = ", ".join(f"double* __restrict__ A{m}" for m in range(3))
+    ins = ", ".join(f"const real* __restrict__ {n}" for n in ("X", "DX", "Y", "DY", "w", "Q", "K", "V"))
+    outs = ", ".join(f"real* __restrict__ A{m}" for m in range(3))
     text = "\n".join([f'extern "C" __global__ void jet({ins}, {outs}, const long long N, const long long M)',
                       "{", "    // one thread per query row i",
                       "    const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;",

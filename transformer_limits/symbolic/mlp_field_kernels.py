@@ -22,9 +22,9 @@ b_W (d,)):
 ``zonal_kernel_matrix(X, d, sigma_u, sigma_w, coef[, out])``  k(⟨x_i, x_j⟩)                   (N, N)
 
 (``[, out]``: the Numba and CUDA flavours write into ``out``.)  The CUDA flavours compute G^m in two
-launches, ``features`` into Φ (N, m), then ``mlp_field_from_features(H, W, b_W, out)``; their launch
-layout (2-D grid, 16 x 16 blocks) is set by the runners of
-:class:`transformer_limits.numeric.sphere.mlp_field.MLPFieldKernels`.  CUDA C signatures append the
+launches, ``features`` into Φ (N, m), then ``mlp_field_from_features(H, W, b_W, out)``; the runners of
+:class:`transformer_limits.numeric.sphere.mlp_field.MLPFieldKernels` launch one thread per output
+entry through :meth:`transformer_limits.numeric.device_arrays.DeviceArrays.launch`.  CUDA C signatures append the
 sizes as ``long long`` (``N, m, D`` rows / features / columns; ``n_coef`` Mehler terms).
 
 ``k`` is evaluated through the correlation ``ρ(t) = (t/d + σ_U²)/(1/d + σ_U²)`` clamped to [−1, 1]:
@@ -82,14 +82,15 @@ def _header(activation_name: str, flavour: str, comment: str = "#") -> list[str]
     ]
 
 
-def _source_numpy(activation_name: str) -> str:
-    phi, relu_k = _blocks(activation_name)
+def _source_numpy(activation_name: str, phi, relu_k) -> str:
     P = "numpy"
     # SymPy's NumPy printer leaves erf as math.erf (scalar only); use the vectorised ufunc
     phi_lines = [line.replace("math.erf(", "scipy.special.erf(") for line in phi.lines(P)]
     out = ["import math", "", "import numpy", "import scipy.special", "", "",
            "def phi(pre):", '    """phi applied elementwise."""',
-           indent(phi_lines, 1), "    return numpy.broadcast_to(h, numpy.shape(pre)).astype(numpy.float64)", "", "",
+           indent(phi_lines, 1), "    # float32 stays float32 (the float32 NumPy path), the rest float64",
+           "    dtype = numpy.float32 if numpy.asarray(pre).dtype == numpy.float32 else numpy.float64",
+           "    return numpy.broadcast_to(h, numpy.shape(pre)).astype(dtype)", "", "",
            "def features(Y, U, b_U):", '    """Phi_ik = phi(<u_k, y_i>/sqrt(d) + b_k), shape (N, m)."""',
            "    return phi(Y @ U.T * (1.0 / math.sqrt(Y.shape[1])) + b_U[None, :])", "", "",
            "def mlp_field(Y, U, b_U, W, b_W):", '    """G^m(y_i), shape (N, d)."""',
@@ -106,10 +107,9 @@ def _source_numpy(activation_name: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _source_numba(activation_name: str) -> str:
+def _source_numba(activation_name: str, phi, relu_k) -> str:
     """GEMMs by BLAS (``numpy.dot`` inside the jitted function), the generated activation and kernel
     formulas fused into one parallel elementwise pass over the (N, m) or (N, N) result."""
-    phi, relu_k = _blocks(activation_name)
     P = "scalar"
     dec = "@numba.njit(parallel=True, cache=True, fastmath=False)"
     out = ["import math", "", "import numba", "import numpy", "", "",
@@ -140,25 +140,27 @@ def _source_numba(activation_name: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _source_cuda(activation_name: str) -> str:
-    """``numba.cuda.jit`` kernels on a 2-D grid, one thread per output entry (bounds-checked)."""
-    phi, relu_k = _blocks(activation_name)
+def _source_cuda(activation_name: str, phi, relu_k) -> str:
+    """``numba.cuda.jit`` kernels on a 1-D launch, one thread per output entry (bounds-checked)."""
     P = "scalar"
     out = ["import math", "", "from numba import cuda", "", "",
            "@cuda.jit", "def features(Y, U, b_U, out):",
-           '    """out[i, k] = phi(<u_k, y_i>/sqrt(d) + b_U[k]); thread (i, k)."""',
-           "    i, k = cuda.grid(2)", "    if i >= Y.shape[0] or k >= U.shape[0]:", "        return",
+           '    """out[i, k] = phi(<u_k, y_i>/sqrt(d) + b_U[k]); thread t = i m + k."""',
+           "    t = cuda.grid(1)", "    if t >= Y.shape[0] * U.shape[0]:", "        return",
+           "    i, k = t // U.shape[0], t % U.shape[0]",
            "    acc = 0.0", "    for a in range(Y.shape[1]):", "        acc += Y[i, a] * U[k, a]",
            "    pre = acc * (1.0 / math.sqrt(Y.shape[1])) + b_U[k]", indent(phi.lines(P), 1),
            "    out[i, k] = h", "", "",
            "@cuda.jit", "def mlp_field_from_features(H, W, b_W, out):",
-           '    """out[i, a] = (1/sqrt(m)) sum_k W[a, k] H[i, k] + b_W[a]; thread (i, a)."""',
-           "    i, a = cuda.grid(2)", "    if i >= H.shape[0] or a >= W.shape[0]:", "        return",
+           '    """out[i, a] = (1/sqrt(m)) sum_k W[a, k] H[i, k] + b_W[a]; thread t = i D + a."""',
+           "    t = cuda.grid(1)", "    if t >= H.shape[0] * W.shape[0]:", "        return",
+           "    i, a = t // W.shape[0], t % W.shape[0]",
            "    acc = 0.0", "    for k in range(H.shape[1]):", "        acc += H[i, k] * W[a, k]",
            "    out[i, a] = acc * (1.0 / math.sqrt(H.shape[1])) + b_W[a]", "", "",
            "@cuda.jit", "def zonal_kernel_matrix(X, d, sigma_u, sigma_w, coef, out):",
-           '    """out[i, j] = k(<x_i, x_j>); thread (i, j)."""',
-           "    i, j = cuda.grid(2)", "    if i >= X.shape[0] or j >= X.shape[0]:", "        return",
+           '    """out[i, j] = k(<x_i, x_j>); thread t = i N + j."""',
+           "    t = cuda.grid(1)", "    if t >= X.shape[0] * X.shape[0]:", "        return",
+           "    i, j = t // X.shape[0], t % X.shape[0]",
            "    t = 0.0", "    for a in range(X.shape[1]):", "        t += X[i, a] * X[j, a]",
            "    s2 = 1.0 / d + sigma_u * sigma_u",
            "    rho = min(1.0, max(-1.0, (t / d + sigma_u * sigma_u) / s2))"]
@@ -170,43 +172,44 @@ def _source_cuda(activation_name: str) -> str:
     return "\n".join(out) + "\n"
 
 
-_C_PREAMBLE = [  # NVRTC (CuPy) does not define the math.h constants the C99 printer uses
-    "#ifndef M_PI", "#define M_PI 3.14159265358979323846", "#endif",
-    "#ifndef M_SQRT2", "#define M_SQRT2 1.41421356237309504880", "#endif", ""]
-_C_GRID = ["const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;",
-           "const long long {j} = (long long)blockDim.y * blockIdx.y + threadIdx.y;"]
+def _c_thread(n_cols: str, i: str, j: str) -> list[str]:
+    """Flat thread index t -> (row i, column j) of an (N, n_cols) output; out-of-range threads return."""
+    return ["const long long t = (long long)blockDim.x * blockIdx.x + threadIdx.x;",
+            f"if (t >= N * {n_cols}) return;", f"const long long {i} = t / {n_cols}, {j} = t % {n_cols};"]
 
 
-def _source_c(activation_name: str) -> str:
-    """CUDA C kernels (``extern "C"``, row-major float64), the layout of :func:`_source_cuda`."""
-    phi, relu_k = _blocks(activation_name)
-    P, decl = "c", "const double "
-    CIN, COUT = "const double* __restrict__ ", "double* __restrict__ "
-    grid = lambda j, bound: [_C_GRID[0], _C_GRID[1].format(j=j), f"if (i >= N || {j} >= {bound}) return;"]  # noqa: E731
-    feat = (grid("k", "m") + ["double acc = 0.0;",
-                              "for (long long a = 0; a < D; ++a) acc += Y[i * D + a] * U[k * D + a];",
-                              "const double pre = acc * (1.0 / sqrt((double)D)) + b_U[k];"]
+def _source_c(activation_name: str, phi, relu_k) -> str:
+    """CUDA C kernels (``extern "C"``, row-major, type ``real``), the layout of :func:`_source_cuda`."""
+    P, decl = "c", "const real "
+    CIN, COUT = "const real* __restrict__ ", "real* __restrict__ "
+    one = "((real)1.0)"
+    feat = (_c_thread("m", "i", "k") + ["real acc = ((real)0.0);",
+                                         "for (long long a = 0; a < D; ++a) acc += Y[i * D + a] * U[k * D + a];",
+                                         f"const real pre = acc * ({one} / sqrt((real)D)) + b_U[k];"]
             + phi.lines(P, declare=decl) + ["out[i * m + k] = h;"])
-    field = (grid("a", "D") + ["double acc = 0.0;",
-                               "for (long long k = 0; k < m; ++k) acc += H[i * m + k] * W[a * m + k];",
-                               "out[i * D + a] = acc * (1.0 / sqrt((double)m)) + b_W[a];"])
-    zonal = (grid("j", "N") + ["double t = 0.0;", "for (long long a = 0; a < D; ++a) t += X[i * D + a] * X[j * D + a];",
-                               "const double s2 = 1.0 / d + sigma_u * sigma_u;",
-                               "const double rho = fmin(1.0, fmax(-1.0, (t / d + sigma_u * sigma_u) / s2));"])
+    field = (_c_thread("D", "i", "a") + ["real acc = ((real)0.0);",
+                                          "for (long long k = 0; k < m; ++k) acc += H[i * m + k] * W[a * m + k];",
+                                          f"out[i * D + a] = acc * ({one} / sqrt((real)m)) + b_W[a];"])
+    zonal = (_c_thread("N", "i", "j") + ["real dot = ((real)0.0);",
+                                          "for (long long a = 0; a < D; ++a) dot += X[i * D + a] * X[j * D + a];",
+                                          f"const real s2 = {one} / d + sigma_u * sigma_u;",
+                                          f"const real rho = fmin({one}, "
+                                          f"fmax(-{one}, (dot / d + sigma_u * sigma_u) / s2));"])
     if relu_k is not None:
         zonal += relu_k.lines(P, declare=decl) + ["out[i * N + j] = kv;"]
     else:
-        zonal += ["double acc = 0.0;", "for (long long q = n_coef - 1; q >= 0; --q) acc = acc * rho + coef[q];",
+        zonal += ["real acc = ((real)0.0);",
+                  "for (long long q = n_coef - 1; q >= 0; --q) acc = acc * rho + coef[q];",
                   "out[i * N + j] = acc + sigma_w * sigma_w;"]
     kernels = (
         ("features", f"{CIN}Y, {CIN}U, {CIN}b_U, {COUT}out, const long long N, const long long m, "
                      "const long long D", feat),
         ("mlp_field_from_features", f"{CIN}H, {CIN}W, {CIN}b_W, {COUT}out, const long long N, const long long m, "
                                     "const long long D", field),
-        ("zonal_kernel_matrix", f"{CIN}X, const double d, const double sigma_u, const double sigma_w, {CIN}coef, "
+        ("zonal_kernel_matrix", f"{CIN}X, const real d, const real sigma_u, const real sigma_w, {CIN}coef, "
                                 f"const long long n_coef, {COUT}out, const long long N, const long long D", zonal),
     )
-    out = list(_C_PREAMBLE)
+    out: list[str] = []  # `real` and the math constants come from cuda_c_program (kernel_family)
     for name, signature, body in kernels:
         out += [f'extern "C" __global__ void {name}({signature})', "{", indent(body, 1), "}", ""]
     return "\n".join(out)
@@ -223,9 +226,10 @@ def mlp_field_kernel_source(activation: str, flavour: str) -> tuple[str, str]:
         raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}; got {activation_name!r}")
     if flavour not in FLAVOURS:
         raise ValueError(f"unknown kernel flavour {flavour!r} (known: {', '.join(FLAVOURS)})")
-    body = _EMITTERS[flavour](activation_name)
+    blocks = _blocks(activation_name)  # once: the SymPy work of a cache miss
+    body = _EMITTERS[flavour](activation_name, *blocks)
     comment = "//" if flavour == "cuda-c" else "#"
     source = "\n".join(_header(activation_name, flavour, comment)) + "\n" + body
-    fingerprints = [b.fingerprint() for b in _blocks(activation_name) if b is not None]
+    fingerprints = [b.fingerprint() for b in blocks if b is not None]
     key = source_key(fingerprints, _PRINTER[flavour], body)
     return f"mlp_field_{activation_name}_{flavour.replace('-', '_')}_{key}{FLAVOURS[flavour]}", source

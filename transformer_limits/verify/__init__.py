@@ -57,6 +57,7 @@ _EXPORTS = {
     # experiments
     "Experiment": "experiment",
     "ExperimentConfig": "experiment",
+    "PrecisionError": "experiment",
     "ExperimentResult": "experiment",
     "Figure": "experiment",
     "CheckSpec": "check_spec",

@@ -19,10 +19,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
 from transformer_limits.numeric.devices import DEVICES
+from transformer_limits.numeric.precision import PRECISIONS
 from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.verdicts import Check
 
-__all__ = ["Experiment", "ExperimentConfig", "ExperimentResult", "Figure", "PROFILES"]
+__all__ = ["Experiment", "ExperimentConfig", "ExperimentResult", "Figure", "PrecisionError", "PROFILES"]
 
 PROFILES = ("quick", "full")
 
@@ -35,7 +36,9 @@ class ExperimentConfig:
     ``store`` an optional SQLite sweep store path (resumable sweeps), ``device`` where the kernels
     run: ``cpu`` (default), ``cuda`` or ``auto``
     (``transformer_limits.numeric.devices.resolve_device``; ``run_experiment`` resolves it, so
-    ``run`` sees ``cpu`` or ``cuda``)."""
+    ``run`` sees ``cpu`` or ``cuda``), ``precision`` the floating-point precision of the simulations:
+    ``float64`` (default) or ``float32`` (where the experiment declares it in
+    ``Experiment.precisions``; else it runs in float64 and says so)."""
 
     profile: str = "quick"
     seed: int = 0
@@ -44,8 +47,11 @@ class ExperimentConfig:
     scheduler: str | None = None
     store: str | None = None
     device: str = "cpu"
+    precision: str = "float64"
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         if self.profile not in PROFILES:
@@ -142,6 +148,12 @@ class Experiment:
         requires     modules it must import (e.g. ("torch",)); where one is missing it is not
                      run (missing_requirement() says why: verify exits 2, report lists it)
         settings     profile -> the settings run() uses, recorded in provenance by run_experiment
+        precisions   the precisions run() honours (config.precision): ("float64",) by default; an
+                     experiment that also runs in float32 declares ("float64", "float32") and a
+                     precision_probe
+        precision_probe  probe(config) -> PrecisionError: one representative simulation of the
+                     profile in float32 and in float64, compared; run_experiment records it for
+                     every float32 run (provenance.precision_error and a note in the report)
     """
 
     name: str
@@ -155,8 +167,17 @@ class Experiment:
     budget_s: dict[str, float] = field(default_factory=dict)
     requires: tuple[str, ...] = ()
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    precisions: tuple[str, ...] = ("float64",)
+    precision_probe: Callable[[ExperimentConfig], "PrecisionError"] | None = None
 
     def __post_init__(self) -> None:
+        bad = [p for p in self.precisions if p not in PRECISIONS]
+        if bad or "float64" not in self.precisions:
+            raise ValueError(f"precisions must include float64 and only {', '.join(PRECISIONS)}, "
+                             f"got {self.precisions!r}")
+        if "float32" in self.precisions and self.precision_probe is None:
+            raise ValueError(f"experiment {self.name!r} declares float32 but no precision_probe "
+                             "(a float32 run must state its error against float64)")
         if isinstance(self.checks, (str, CheckSpec)):
             raise ValueError(f"checks must be a sequence of CheckSpec objects or names, got {self.checks!r}")
         specs = tuple(CheckSpec.of(c) for c in self.checks)
@@ -184,4 +205,30 @@ class Experiment:
         return {"name": self.name, "title": self.title, "paper": self.paper, "claim": self.claim,
                 "derivations": list(self.derivations), "check_names": list(self.check_names),
                 "profiles": list(self.profiles), "budget_s": dict(self.budget_s),
-                "requires": list(self.requires)}
+                "requires": list(self.requires), "precisions": list(self.precisions)}
+
+
+@dataclass(frozen=True)
+class PrecisionError:
+    """How far a float32 simulation is from the same simulation in float64: ``quantity`` (what was
+    compared, one line), ``max_abs`` = max over entries of ``|y32 − y64|`` and ``max_rel`` =
+    ``max_abs / max |y64|``."""
+
+    quantity: str
+    max_abs: float
+    max_rel: float
+
+    @classmethod
+    def between(cls, quantity: str, y32: Any, y64: Any) -> "PrecisionError":
+        """Compare two arrays of the same shape (float32 result, float64 result)."""
+        import numpy as np
+
+        a, b = np.asarray(y32, dtype=np.float64), np.asarray(y64, dtype=np.float64)
+        if a.shape != b.shape:
+            raise ValueError(f"y32 and y64 must have the same shape, got {a.shape} and {b.shape}")
+        err = float(np.max(np.abs(a - b))) if a.size else 0.0
+        scale = float(np.max(np.abs(b))) if b.size else 0.0
+        return cls(quantity, err, err / scale if scale > 0 else err)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"quantity": self.quantity, "max_abs": self.max_abs, "max_rel": self.max_rel}

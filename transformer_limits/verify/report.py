@@ -12,23 +12,18 @@ builds it (``verify --format json`` prints the same object).
 from __future__ import annotations
 
 import base64
-import hashlib
 import html
 import json
 import math
 import os
-import platform
 import re
-import subprocess
-from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
 from transformer_limits.atomic_write import replaced_directory, staged_directory
 from transformer_limits.jsonable import jsonable
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
-from transformer_limits.verify.sweeps import canonical_json
+from transformer_limits.verify.provenance import config_hash, environment, run_provenance
 
 __all__ = [
     "RESULTS_SCHEMA_VERSION",
@@ -40,59 +35,6 @@ __all__ = [
 ]
 
 RESULTS_SCHEMA_VERSION = 1
-_PACKAGES = ("numpy", "scipy", "sympy", "numba", "matplotlib", "transformer_limits")
-
-
-# ------------------------------------------------------------------------------------------------
-# provenance
-# ------------------------------------------------------------------------------------------------
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-@lru_cache(maxsize=1)
-def _git_commit() -> str | None:
-    """``git rev-parse HEAD`` of the checkout holding this package; None outside git (or no git)."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    commit = out.stdout.strip()
-    return commit if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", commit) else None
-
-
-@lru_cache(maxsize=1)
-def environment() -> dict[str, Any]:
-    """Versions of Python and the scientific stack, the platform and the git commit (cached)."""
-    from transformer_limits import __version__
-
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    versions.update({p: _version(p) for p in _PACKAGES})
-    versions["transformer_limits"] = versions["transformer_limits"] or __version__
-    return {"versions": versions, "platform": platform.platform(), "git_commit": _git_commit()}
-
-
-def config_hash(experiment: str, config: ExperimentConfig) -> str:
-    """SHA-256 (hex) of the canonical JSON of the experiment name and the result-determining config
-    (profile and seed; workers, scheduler, store and progress change how, not what, is computed)."""
-    key = {"experiment": experiment, "config": {"profile": config.profile, "seed": config.seed}}
-    return hashlib.sha256(canonical_json(key).encode("utf-8")).hexdigest()
-
-
-def _provenance(result: ExperimentResult, experiment: Experiment, config: ExperimentConfig) -> dict:
-    env = environment()
-    prov = dict(result.provenance)
-    prov.setdefault("seeds", {"base": config.seed})
-    prov.setdefault("timings", {})
-    prov.update(versions=env["versions"], platform=env["platform"], git_commit=env["git_commit"],
-                config=config.to_dict(), config_hash=config_hash(experiment.name, config))
-    return prov
 
 
 # ------------------------------------------------------------------------------------------------
@@ -125,7 +67,7 @@ def results_payload(result: ExperimentResult, experiment: Experiment, config: Ex
                     for f in result.figures],
         "notes": list(result.notes),
         "data": result.data,
-        "provenance": _provenance(result, experiment, config),
+        "provenance": run_provenance(result, experiment, config),
     }
     return jsonable(payload)
 
@@ -435,10 +377,9 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
             "passed": res.passed, "error": res.error,
             "checks_passed": sum(c.passed for c in res.checks), "checks_total": len(res.checks),
             "failed_checks": [c.name for c in res.failed_checks], "time_s": run_s,
-            "device": res.provenance.get("device"),
-            "report": f"{exp.name}/report.md", "html": f"{exp.name}/report.html",
-            "results": f"{exp.name}/results.json",
-        })
+            "device": res.provenance.get("device"), "precision": res.provenance.get("precision"),
+            "precision_error": res.provenance.get("precision_error"), "report": f"{exp.name}/report.md",
+            "html": f"{exp.name}/report.html", "results": f"{exp.name}/results.json"})
     # the run's device (one config for every experiment; null when they differ or none ran)
     devices = {res.provenance.get("device") for _, res in results}
     reasons = {res.provenance.get("device_reason") for _, res in results}
@@ -465,6 +406,8 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
               + f" (profile {profile}, {summary['total_time_s']:.1f} s)"
     md = [f"# transformer_limits verification report ({profile})", "", f"**{verdict}**", ""]
     md += _md_table(head, [[f"[{r[0]}]({r[0]}/report.md)"] + r[1:] for r in rows])
+    md += [f"\n{e['name']} ran in float32: {e['precision_error']['quantity']} within "
+           f"{e['precision_error']['max_rel']:.2e} (relative) of float64" for e in entries if e["precision_error"]]
     md += ["", f"git commit `{env['git_commit'] or 'not in a git checkout'}`; versions "
            + ", ".join(f"{k} {v}" for k, v in env["versions"].items()), ""]
     failing = [e for e in entries if e["status"] == "fail"]

@@ -68,7 +68,7 @@ _ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
 
 
 def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
-                   device: str | None = None) -> ExperimentResult:
+                   device: str | None = None, precision: str | None = None) -> ExperimentResult:
     """Run ``experiment`` under ``config``; a crash *inside* the experiment is recorded, not raised.
 
     An exception in ``experiment.run`` gives a result with ``error`` set (one line), no checks and
@@ -91,14 +91,24 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
     the resolved ``cpu`` or ``cuda``.  Provenance: ``device`` and ``device_reason``; ``backends``
     (kernel family -> ``{backend, reason}``) for every ``device_backend`` choice of the run, and a
     note for each family that ran on the CPU although ``cuda`` was asked.
+
+    ``precision`` (``float64`` | ``float32``) replaces ``config.precision``.  An experiment that does
+    not declare float32 (``Experiment.precisions``) runs in float64 and a note says so
+    (``provenance.precision_requested``); one that does runs in float32 and then its
+    ``precision_probe``, whose measured error against float64 goes to ``provenance.precision_error``
+    and a note.  ``provenance.precision`` is the precision the run used.
     """
     try:
         if device is not None:
             config = dataclasses.replace(config, device=device)  # ValueError naming device
+        if precision is not None:
+            config = dataclasses.replace(config, precision=precision)  # ValueError naming precision
         where = resolve_device(config.device)
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    config = dataclasses.replace(config, device=where.device)
+    requested = config.precision
+    used = requested if requested in experiment.precisions else "float64"
+    config = dataclasses.replace(config, device=where.device, precision=used)
     why = missing_requirement(experiment)
     if why is not None:
         raise InputError(f"experiment {experiment.name} cannot run here: {why}")
@@ -124,11 +134,35 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
             errors = ["the result reports no checks"]
         if errors:
             result.error = "; ".join(errors)
+        elif used == "float32":
+            _record_precision_error(result, experiment, config)
     finally:
         _CHOICES.reset(token)
     _record_provenance(result, experiment, config, time.perf_counter() - start)
     _record_device(result, where, choices)
+    result.provenance["precision"] = used
+    if used != requested:
+        result.provenance["precision_requested"] = requested
+        result.notes.append(f"precision {requested} asked, but {experiment.name} runs in float64 only "
+                            f"(it declares {', '.join(experiment.precisions)})")
     return result
+
+
+def _record_precision_error(result: ExperimentResult, experiment: Experiment, config: ExperimentConfig) -> None:
+    """The float32 run's measured error against float64 (the experiment's probe), in provenance and a
+    note; a probe that crashes makes the run an error (a float32 verdict without it is unstated)."""
+    assert experiment.precision_probe is not None  # Experiment requires one with float32
+    try:
+        err = experiment.precision_probe(config)
+    except (InputError, EnvironmentFailure, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - recorded, never a failed check
+        result.error = f"precision probe: {type(exc).__name__}: {exc}".splitlines()[0]
+        result.notes.append("traceback:\n" + traceback.format_exc())
+        return
+    result.provenance["precision_error"] = err.to_dict()
+    result.notes.append(f"float32: {err.quantity} differs from the float64 run by at most "
+                        f"{err.max_rel:.2e} relative ({err.max_abs:.2e} absolute)")
 
 
 def device_backend(config: ExperimentConfig, family: KernelFamily | str, backend: str) -> str:
@@ -137,8 +171,9 @@ def device_backend(config: ExperimentConfig, family: KernelFamily | str, backend
     for bit); on ``cuda`` the family's GPU backend where it has a usable one
     (:func:`~transformer_limits.numeric.devices.choose_backend`), else ``backend`` on the CPU, which
     the provenance and a note of the result say.  Under :func:`run_experiment` the choice and its
-    reason go to ``provenance.backends``."""
-    choice = choose_backend(config.device, family, cpu_backend=backend)
+    reason go to ``provenance.backends``.  At ``config.precision`` float32 a float64-only ``backend``
+    (numba) is replaced by a float32 one (numpy or blas on the CPU, cupy on cuda)."""
+    choice = choose_backend(config.device, family, cpu_backend=backend, precision=config.precision)
     collected = _CHOICES.get()
     if collected is not None:
         collected.append(choice)

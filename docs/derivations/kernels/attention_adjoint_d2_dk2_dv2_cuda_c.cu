@@ -2,210 +2,283 @@
 // Do not edit: regenerate with transformer_limits.symbolic.attention_adjoint_kernels.
 // Layer field F^i = sum_h c_h O_h A_h^i; adjoint xbar^i = sum_h Q^T qbar + [K^T kbar + V^T vbar] (Lions term).
 
-extern "C" __global__ void features(const double* __restrict__ X, const double* __restrict__ Qs, const double* __restrict__ Ks, const double* __restrict__ Vs, const long long H, const long long N, double* __restrict__ QF, double* __restrict__ KT, double* __restrict__ VT)
+extern "C" __global__ void features(const real* __restrict__ X, const real* __restrict__ Qs, const real* __restrict__ Ks, const real* __restrict__ Vs, const long long B, const long long H, const long long N, const long long PB, real* __restrict__ QF, real* __restrict__ KT, real* __restrict__ VT)
 {
     const long long t = (long long)blockDim.x * blockIdx.x + threadIdx.x;
-    if (t >= H * N) return;
-    const long long h = t / N;
-    const long long i = t - h * N;
-    const double Q_0_0 = Qs[((h) * 2 + 0) * 2 + 0];
-    const double Q_0_1 = Qs[((h) * 2 + 0) * 2 + 1];
-    const double Q_1_0 = Qs[((h) * 2 + 1) * 2 + 0];
-    const double Q_1_1 = Qs[((h) * 2 + 1) * 2 + 1];
-    const double K_0_0 = Ks[((h) * 2 + 0) * 2 + 0];
-    const double K_0_1 = Ks[((h) * 2 + 0) * 2 + 1];
-    const double K_1_0 = Ks[((h) * 2 + 1) * 2 + 0];
-    const double K_1_1 = Ks[((h) * 2 + 1) * 2 + 1];
-    const double V_0_0 = Vs[((h) * 2 + 0) * 2 + 0];
-    const double V_0_1 = Vs[((h) * 2 + 0) * 2 + 1];
-    const double V_1_0 = Vs[((h) * 2 + 1) * 2 + 0];
-    const double V_1_1 = Vs[((h) * 2 + 1) * 2 + 1];
-    const double x_0 = X[(i) * 2 + 0];
-    const double x_1 = X[(i) * 2 + 1];
-    const double y_0 = X[(i) * 2 + 0];
-    const double y_1 = X[(i) * 2 + 1];
-    const double q_0 = Q_0_0*x_0 + Q_0_1*x_1;
-    const double q_1 = Q_1_0*x_0 + Q_1_1*x_1;
-    const double k_0 = K_0_0*y_0 + K_0_1*y_1;
-    const double k_1 = K_1_0*y_0 + K_1_1*y_1;
-    const double v_0 = V_0_0*y_0 + V_0_1*y_1;
-    const double v_1 = V_1_0*y_0 + V_1_1*y_1;
-    QF[((h) * N + i) * 2 + 0] = q_0;
-    QF[((h) * N + i) * 2 + 1] = q_1;
-    KT[((h) * 2 + 0) * N + i] = k_0;
-    KT[((h) * 2 + 1) * N + i] = k_1;
-    VT[((h) * 2 + 0) * N + i] = v_0;
-    VT[((h) * 2 + 1) * N + i] = v_1;
+    if (t >= B * H * N) return;
+    const long long bh = t / N;
+    const long long i = t - bh * N;
+    const long long bi = bh / H;
+    const long long h = bh - bi * H;
+    const long long ph = (PB > 1 ? bh : h);
+    const long long row = bi * N + i;
+    const real Q_0_0 = Qs[((ph) * 2 + 0) * 2 + 0];
+    const real Q_0_1 = Qs[((ph) * 2 + 0) * 2 + 1];
+    const real Q_1_0 = Qs[((ph) * 2 + 1) * 2 + 0];
+    const real Q_1_1 = Qs[((ph) * 2 + 1) * 2 + 1];
+    const real K_0_0 = Ks[((ph) * 2 + 0) * 2 + 0];
+    const real K_0_1 = Ks[((ph) * 2 + 0) * 2 + 1];
+    const real K_1_0 = Ks[((ph) * 2 + 1) * 2 + 0];
+    const real K_1_1 = Ks[((ph) * 2 + 1) * 2 + 1];
+    const real V_0_0 = Vs[((ph) * 2 + 0) * 2 + 0];
+    const real V_0_1 = Vs[((ph) * 2 + 0) * 2 + 1];
+    const real V_1_0 = Vs[((ph) * 2 + 1) * 2 + 0];
+    const real V_1_1 = Vs[((ph) * 2 + 1) * 2 + 1];
+    const real x_0 = X[(row) * 2 + 0];
+    const real x_1 = X[(row) * 2 + 1];
+    const real y_0 = X[(row) * 2 + 0];
+    const real y_1 = X[(row) * 2 + 1];
+    const real q_0 = Q_0_0*x_0 + Q_0_1*x_1;
+    const real q_1 = Q_1_0*x_0 + Q_1_1*x_1;
+    const real k_0 = K_0_0*y_0 + K_0_1*y_1;
+    const real k_1 = K_1_0*y_0 + K_1_1*y_1;
+    const real v_0 = V_0_0*y_0 + V_0_1*y_1;
+    const real v_1 = V_1_0*y_0 + V_1_1*y_1;
+    QF[((bh) * N + i) * 2 + 0] = q_0;
+    QF[((bh) * N + i) * 2 + 1] = q_1;
+    KT[((bh) * 2 + 0) * N + i] = k_0;
+    KT[((bh) * 2 + 1) * N + i] = k_1;
+    VT[((bh) * 2 + 0) * N + i] = v_0;
+    VT[((bh) * 2 + 1) * N + i] = v_1;
 }
 
-extern "C" __global__ void forward(const double* __restrict__ QF, const double* __restrict__ KT, const double* __restrict__ VT, const double* __restrict__ Os, const double* __restrict__ c, const double beta, const int causal, const long long H, const long long N, double* __restrict__ A, double* __restrict__ LOGZ, double* __restrict__ OH)
+extern "C" __global__ void forward(const real* __restrict__ QF, const real* __restrict__ KT, const real* __restrict__ VT, const real* __restrict__ Os, const real* __restrict__ c, const real beta, const int causal, const long long B, const long long H, const long long N, const long long PB, real* __restrict__ A, real* __restrict__ LOGZ, real* __restrict__ OH)
 {
     const long long t = (long long)blockDim.x * blockIdx.x + threadIdx.x;
-    if (t >= H * N) return;
-    const long long h = t / N;
-    const long long i = t - h * N;
+    if (t >= B * H * N) return;
+    const long long bh = t / N;
+    const long long i = t - bh * N;
+    const long long bi = bh / H;
+    const long long h = bh - bi * H;
+    const long long ph = (PB > 1 ? bh : h);
     const long long stop = (causal ? i + 1 : N);
-    const double q_0 = QF[((h) * N + i) * 2 + 0];
-    const double q_1 = QF[((h) * N + i) * 2 + 1];
-    double m = -INFINITY;
+    const real q_0 = QF[((bh) * N + i) * 2 + 0];
+    const real q_1 = QF[((bh) * N + i) * 2 + 1];
+    real m = -INFINITY;
     for (long long j = 0; j < stop; ++j) {
-        const double k_0 = KT[((h) * 2 + 0) * N + j];
-        const double k_1 = KT[((h) * 2 + 1) * N + j];
-        const double logit = beta*(k_0*q_0 + k_1*q_1);
+        const real k_0 = KT[((bh) * 2 + 0) * N + j];
+        const real k_1 = KT[((bh) * 2 + 1) * N + j];
+        const real logit = beta*(k_0*q_0 + k_1*q_1);
         if (logit > m) {
             m = logit;
         }
     }
-    double s = 0.0;
-    double acc_0 = 0.0;
-    double acc_1 = 0.0;
+    real s = ((real)0.0);
+    real acc_0 = ((real)0.0);
+    real acc_1 = ((real)0.0);
     for (long long j = 0; j < stop; ++j) {
-        const double k_0 = KT[((h) * 2 + 0) * N + j];
-        const double k_1 = KT[((h) * 2 + 1) * N + j];
-        const double logit = beta*(k_0*q_0 + k_1*q_1);
-        const double e = exp(logit - m);
+        const real k_0 = KT[((bh) * 2 + 0) * N + j];
+        const real k_1 = KT[((bh) * 2 + 1) * N + j];
+        const real logit = beta*(k_0*q_0 + k_1*q_1);
+        const real e = exp(logit - m);
         s += e;
-        acc_0 += e * VT[((h) * 2 + 0) * N + j];
-        acc_1 += e * VT[((h) * 2 + 1) * N + j];
+        acc_0 += e * VT[((bh) * 2 + 0) * N + j];
+        acc_1 += e * VT[((bh) * 2 + 1) * N + j];
     }
-    const double A_0 = acc_0 / s;
-    const double A_1 = acc_1 / s;
-    A[((h) * N + i) * 2 + 0] = A_0;
-    A[((h) * N + i) * 2 + 1] = A_1;
-    LOGZ[(h) * N + i] = m + log(s);
-    const double wh = c[h];
-    const double O_0_0 = Os[((h) * 2 + 0) * 2 + 0];
-    const double O_0_1 = Os[((h) * 2 + 0) * 2 + 1];
-    const double O_1_0 = Os[((h) * 2 + 1) * 2 + 0];
-    const double O_1_1 = Os[((h) * 2 + 1) * 2 + 1];
-    const double _h30 = A_0*wh;
-    const double _h31 = A_1*wh;
-    const double o_0 = O_0_0*_h30 + O_0_1*_h31;
-    const double o_1 = O_1_0*_h30 + O_1_1*_h31;
-    OH[((h) * N + i) * 2 + 0] = o_0;
-    OH[((h) * N + i) * 2 + 1] = o_1;
+    const real A_0 = acc_0 / s;
+    const real A_1 = acc_1 / s;
+    A[((bh) * N + i) * 2 + 0] = A_0;
+    A[((bh) * N + i) * 2 + 1] = A_1;
+    LOGZ[(bh) * N + i] = m + log(s);
+    const real wh = c[bh];
+    const real O_0_0 = Os[((ph) * 2 + 0) * 2 + 0];
+    const real O_0_1 = Os[((ph) * 2 + 0) * 2 + 1];
+    const real O_1_0 = Os[((ph) * 2 + 1) * 2 + 0];
+    const real O_1_1 = Os[((ph) * 2 + 1) * 2 + 1];
+    const real _h30 = A_0*wh;
+    const real _h31 = A_1*wh;
+    const real o_0 = O_0_0*_h30 + O_0_1*_h31;
+    const real o_1 = O_1_0*_h30 + O_1_1*_h31;
+    OH[((bh) * N + i) * 2 + 0] = o_0;
+    OH[((bh) * N + i) * 2 + 1] = o_1;
 }
 
-extern "C" __global__ void head_sum(const double* __restrict__ PARTS, const long long H, const long long N, double* __restrict__ OUT)
+extern "C" __global__ void head_sum(const real* __restrict__ PARTS, const real* __restrict__ BASE, const long long B, const long long H, const long long N, real* __restrict__ OUT)
 {
     const long long t = (long long)blockDim.x * blockIdx.x + threadIdx.x;
-    if (t >= N) return;
-    const long long i = t;
-    double acc_0 = 0.0;
-    double acc_1 = 0.0;
+    if (t >= B * N) return;
+    const long long bi = t / N;
+    const long long i = t - bi * N;
+    real acc_0 = ((real)0.0);
+    real acc_1 = ((real)0.0);
     for (long long h = 0; h < H; ++h) {
-        acc_0 += PARTS[((h) * N + i) * 2 + 0];
-        acc_1 += PARTS[((h) * N + i) * 2 + 1];
+        acc_0 += PARTS[((bi * H + h) * N + i) * 2 + 0];
+        acc_1 += PARTS[((bi * H + h) * N + i) * 2 + 1];
     }
-    OUT[(i) * 2 + 0] = acc_0;
-    OUT[(i) * 2 + 1] = acc_1;
+    OUT[(t) * 2 + 0] = BASE[(t) * 2 + 0] + acc_0;
+    OUT[(t) * 2 + 1] = BASE[(t) * 2 + 1] + acc_1;
 }
 
-extern "C" __global__ void adjoint_rows(const double* __restrict__ PC, const double* __restrict__ Qs, const double* __restrict__ Os, const double* __restrict__ c, const double* __restrict__ QF, const double* __restrict__ KT, const double* __restrict__ VT, const double* __restrict__ A, const double* __restrict__ LOGZ, const double beta, const int causal, const long long H, const long long N, double* __restrict__ QBAR, double* __restrict__ G, double* __restrict__ GA, double* __restrict__ XH)
+extern "C" __global__ void adjoint_rows(const real* __restrict__ PC, const real* __restrict__ Qs, const real* __restrict__ Os, const real* __restrict__ c, const real* __restrict__ QF, const real* __restrict__ KT, const real* __restrict__ VT, const real* __restrict__ A, const real* __restrict__ LOGZ, const real beta, const int causal, const long long B, const long long H, const long long N, const long long PB, real* __restrict__ QBAR, real* __restrict__ G, real* __restrict__ GA, real* __restrict__ XH)
 {
     const long long t = (long long)blockDim.x * blockIdx.x + threadIdx.x;
-    if (t >= H * N) return;
-    const long long h = t / N;
-    const long long i = t - h * N;
+    if (t >= B * H * N) return;
+    const long long bh = t / N;
+    const long long i = t - bh * N;
+    const long long bi = bh / H;
+    const long long h = bh - bi * H;
+    const long long ph = (PB > 1 ? bh : h);
+    const long long row = bi * N + i;
     const long long stop = (causal ? i + 1 : N);
-    const double ct_0 = PC[(i) * 2 + 0];
-    const double ct_1 = PC[(i) * 2 + 1];
-    const double wh = c[h];
-    const double O_0_0 = Os[((h) * 2 + 0) * 2 + 0];
-    const double O_0_1 = Os[((h) * 2 + 0) * 2 + 1];
-    const double O_1_0 = Os[((h) * 2 + 1) * 2 + 0];
-    const double O_1_1 = Os[((h) * 2 + 1) * 2 + 1];
-    const double _c40 = ct_0*wh;
-    const double _c41 = ct_1*wh;
-    const double g_0 = O_0_0*_c40 + O_1_0*_c41;
-    const double g_1 = O_0_1*_c40 + O_1_1*_c41;
-    const double A_0 = A[((h) * N + i) * 2 + 0];
-    const double A_1 = A[((h) * N + i) * 2 + 1];
-    const double gA = A_0*g_0 + A_1*g_1;
-    const double q_0 = QF[((h) * N + i) * 2 + 0];
-    const double q_1 = QF[((h) * N + i) * 2 + 1];
-    const double lz = LOGZ[(h) * N + i];
-    double qb_0 = 0.0;
-    double qb_1 = 0.0;
+    const real ct_0 = PC[(row) * 2 + 0];
+    const real ct_1 = PC[(row) * 2 + 1];
+    const real wh = c[bh];
+    const real O_0_0 = Os[((ph) * 2 + 0) * 2 + 0];
+    const real O_0_1 = Os[((ph) * 2 + 0) * 2 + 1];
+    const real O_1_0 = Os[((ph) * 2 + 1) * 2 + 0];
+    const real O_1_1 = Os[((ph) * 2 + 1) * 2 + 1];
+    const real _c40 = ct_0*wh;
+    const real _c41 = ct_1*wh;
+    const real g_0 = O_0_0*_c40 + O_1_0*_c41;
+    const real g_1 = O_0_1*_c40 + O_1_1*_c41;
+    const real A_0 = A[((bh) * N + i) * 2 + 0];
+    const real A_1 = A[((bh) * N + i) * 2 + 1];
+    const real gA = A_0*g_0 + A_1*g_1;
+    const real q_0 = QF[((bh) * N + i) * 2 + 0];
+    const real q_1 = QF[((bh) * N + i) * 2 + 1];
+    const real lz = LOGZ[(bh) * N + i];
+    real qb_0 = ((real)0.0);
+    real qb_1 = ((real)0.0);
     for (long long j = 0; j < stop; ++j) {
-        const double k_0 = KT[((h) * 2 + 0) * N + j];
-        const double k_1 = KT[((h) * 2 + 1) * N + j];
-        const double logit = beta*(k_0*q_0 + k_1*q_1);
-        const double v_0 = VT[((h) * 2 + 0) * N + j];
-        const double v_1 = VT[((h) * 2 + 1) * N + j];
-        const double p = exp(logit - lz);
-        const double sbar = p*(-gA + g_0*v_0 + g_1*v_1);
-        const double _q70 = beta*sbar;
-        const double dq_0 = _q70*k_0;
-        const double dq_1 = _q70*k_1;
+        const real k_0 = KT[((bh) * 2 + 0) * N + j];
+        const real k_1 = KT[((bh) * 2 + 1) * N + j];
+        const real logit = beta*(k_0*q_0 + k_1*q_1);
+        const real v_0 = VT[((bh) * 2 + 0) * N + j];
+        const real v_1 = VT[((bh) * 2 + 1) * N + j];
+        const real p = exp(logit - lz);
+        const real sbar = p*(-gA + g_0*v_0 + g_1*v_1);
+        const real _q70 = beta*sbar;
+        const real dq_0 = _q70*k_0;
+        const real dq_1 = _q70*k_1;
         qb_0 += dq_0;
         qb_1 += dq_1;
     }
-    QBAR[((h) * N + i) * 2 + 0] = qb_0;
-    QBAR[((h) * N + i) * 2 + 1] = qb_1;
-    G[((h) * N + i) * 2 + 0] = g_0;
-    G[((h) * N + i) * 2 + 1] = g_1;
-    GA[(h) * N + i] = gA;
-    const double Q_0_0 = Qs[((h) * 2 + 0) * 2 + 0];
-    const double Q_0_1 = Qs[((h) * 2 + 0) * 2 + 1];
-    const double Q_1_0 = Qs[((h) * 2 + 1) * 2 + 0];
-    const double Q_1_1 = Qs[((h) * 2 + 1) * 2 + 1];
-    const double xj_0 = Q_0_0*qb_0 + Q_1_0*qb_1;
-    const double xj_1 = Q_0_1*qb_0 + Q_1_1*qb_1;
-    XH[((h) * N + i) * 2 + 0] = xj_0;
-    XH[((h) * N + i) * 2 + 1] = xj_1;
+    QBAR[((bh) * N + i) * 2 + 0] = qb_0;
+    QBAR[((bh) * N + i) * 2 + 1] = qb_1;
+    G[((bh) * N + i) * 2 + 0] = g_0;
+    G[((bh) * N + i) * 2 + 1] = g_1;
+    GA[(bh) * N + i] = gA;
+    const real Q_0_0 = Qs[((ph) * 2 + 0) * 2 + 0];
+    const real Q_0_1 = Qs[((ph) * 2 + 0) * 2 + 1];
+    const real Q_1_0 = Qs[((ph) * 2 + 1) * 2 + 0];
+    const real Q_1_1 = Qs[((ph) * 2 + 1) * 2 + 1];
+    const real xj_0 = Q_0_0*qb_0 + Q_1_0*qb_1;
+    const real xj_1 = Q_0_1*qb_0 + Q_1_1*qb_1;
+    XH[((bh) * N + i) * 2 + 0] = xj_0;
+    XH[((bh) * N + i) * 2 + 1] = xj_1;
 }
 
-extern "C" __global__ void adjoint_keys(const double* __restrict__ Ks, const double* __restrict__ Vs, const double* __restrict__ QF, const double* __restrict__ KT, const double* __restrict__ VT, const double* __restrict__ LOGZ, const double* __restrict__ G, const double* __restrict__ GA, const double beta, const int causal, const int lions, const long long H, const long long N, double* __restrict__ KBAR, double* __restrict__ VBAR, double* XH)
+extern "C" __global__ void adjoint_keys(const real* __restrict__ Ks, const real* __restrict__ Vs, const real* __restrict__ QF, const real* __restrict__ KT, const real* __restrict__ VT, const real* __restrict__ LOGZ, const real* __restrict__ G, const real* __restrict__ GA, const real beta, const int causal, const int lions, const long long B, const long long H, const long long N, const long long PB, real* __restrict__ KBAR, real* __restrict__ VBAR, real* XH)
 {
     const long long t = (long long)blockDim.x * blockIdx.x + threadIdx.x;
-    if (t >= H * N) return;
-    const long long h = t / N;
-    const long long j = t - h * N;
+    if (t >= B * H * N) return;
+    const long long bh = t / N;
+    const long long i = t - bh * N;
+    const long long bi = bh / H;
+    const long long h = bh - bi * H;
+    const long long ph = (PB > 1 ? bh : h);
+    const long long j = i;
     const long long start = (causal ? j : 0);
-    const double k_0 = KT[((h) * 2 + 0) * N + j];
-    const double k_1 = KT[((h) * 2 + 1) * N + j];
-    const double v_0 = VT[((h) * 2 + 0) * N + j];
-    const double v_1 = VT[((h) * 2 + 1) * N + j];
-    double kb_0 = 0.0;
-    double kb_1 = 0.0;
-    double vb_0 = 0.0;
-    double vb_1 = 0.0;
-    for (long long i = start; i < N; ++i) {
-        const double q_0 = QF[((h) * N + i) * 2 + 0];
-        const double q_1 = QF[((h) * N + i) * 2 + 1];
-        const double logit = beta*(k_0*q_0 + k_1*q_1);
-        const double p = exp(logit - LOGZ[(h) * N + i]);
-        const double g_0 = G[((h) * N + i) * 2 + 0];
-        const double g_1 = G[((h) * N + i) * 2 + 1];
-        const double gA = GA[(h) * N + i];
-        const double sbar = p*(-gA + g_0*v_0 + g_1*v_1);
-        const double _k80 = beta*sbar;
-        const double dk_0 = _k80*q_0;
-        const double dk_1 = _k80*q_1;
-        const double dv_0 = g_0*p;
-        const double dv_1 = g_1*p;
+    const real k_0 = KT[((bh) * 2 + 0) * N + j];
+    const real k_1 = KT[((bh) * 2 + 1) * N + j];
+    const real v_0 = VT[((bh) * 2 + 0) * N + j];
+    const real v_1 = VT[((bh) * 2 + 1) * N + j];
+    real kb_0 = ((real)0.0);
+    real kb_1 = ((real)0.0);
+    real vb_0 = ((real)0.0);
+    real vb_1 = ((real)0.0);
+    for (long long iq = start; iq < N; ++iq) {
+        const real q_0 = QF[((bh) * N + iq) * 2 + 0];
+        const real q_1 = QF[((bh) * N + iq) * 2 + 1];
+        const real logit = beta*(k_0*q_0 + k_1*q_1);
+        const real p = exp(logit - LOGZ[(bh) * N + iq]);
+        const real g_0 = G[((bh) * N + iq) * 2 + 0];
+        const real g_1 = G[((bh) * N + iq) * 2 + 1];
+        const real gA = GA[(bh) * N + iq];
+        const real sbar = p*(-gA + g_0*v_0 + g_1*v_1);
+        const real _k80 = beta*sbar;
+        const real dk_0 = _k80*q_0;
+        const real dk_1 = _k80*q_1;
+        const real dv_0 = g_0*p;
+        const real dv_1 = g_1*p;
         kb_0 += dk_0;
         kb_1 += dk_1;
         vb_0 += dv_0;
         vb_1 += dv_1;
     }
-    KBAR[((h) * N + j) * 2 + 0] = kb_0;
-    KBAR[((h) * N + j) * 2 + 1] = kb_1;
-    VBAR[((h) * N + j) * 2 + 0] = vb_0;
-    VBAR[((h) * N + j) * 2 + 1] = vb_1;
+    KBAR[((bh) * N + j) * 2 + 0] = kb_0;
+    KBAR[((bh) * N + j) * 2 + 1] = kb_1;
+    VBAR[((bh) * N + j) * 2 + 0] = vb_0;
+    VBAR[((bh) * N + j) * 2 + 1] = vb_1;
     if (lions) {
-        const double K_0_0 = Ks[((h) * 2 + 0) * 2 + 0];
-        const double K_0_1 = Ks[((h) * 2 + 0) * 2 + 1];
-        const double K_1_0 = Ks[((h) * 2 + 1) * 2 + 0];
-        const double K_1_1 = Ks[((h) * 2 + 1) * 2 + 1];
-        const double V_0_0 = Vs[((h) * 2 + 0) * 2 + 0];
-        const double V_0_1 = Vs[((h) * 2 + 0) * 2 + 1];
-        const double V_1_0 = Vs[((h) * 2 + 1) * 2 + 0];
-        const double V_1_1 = Vs[((h) * 2 + 1) * 2 + 1];
-        const double xl_0 = K_0_0*kb_0 + K_1_0*kb_1 + V_0_0*vb_0 + V_1_0*vb_1;
-        const double xl_1 = K_0_1*kb_0 + K_1_1*kb_1 + V_0_1*vb_0 + V_1_1*vb_1;
-        XH[((h) * N + j) * 2 + 0] += xl_0;
-        XH[((h) * N + j) * 2 + 1] += xl_1;
+        const real K_0_0 = Ks[((ph) * 2 + 0) * 2 + 0];
+        const real K_0_1 = Ks[((ph) * 2 + 0) * 2 + 1];
+        const real K_1_0 = Ks[((ph) * 2 + 1) * 2 + 0];
+        const real K_1_1 = Ks[((ph) * 2 + 1) * 2 + 1];
+        const real V_0_0 = Vs[((ph) * 2 + 0) * 2 + 0];
+        const real V_0_1 = Vs[((ph) * 2 + 0) * 2 + 1];
+        const real V_1_0 = Vs[((ph) * 2 + 1) * 2 + 0];
+        const real V_1_1 = Vs[((ph) * 2 + 1) * 2 + 1];
+        const real xl_0 = K_0_0*kb_0 + K_1_0*kb_1 + V_0_0*vb_0 + V_1_0*vb_1;
+        const real xl_1 = K_0_1*kb_0 + K_1_1*kb_1 + V_0_1*vb_0 + V_1_1*vb_1;
+        XH[((bh) * N + j) * 2 + 0] += xl_0;
+        XH[((bh) * N + j) * 2 + 1] += xl_1;
+    }
+}
+
+extern "C" __global__ void param_grads(const real* __restrict__ X, const real* __restrict__ PC, const real* __restrict__ c, const real* __restrict__ A, const real* __restrict__ QBAR, const real* __restrict__ KBAR, const real* __restrict__ VBAR, const long long B, const long long H, const long long N, real* __restrict__ DQ, real* __restrict__ DK, real* __restrict__ DV, real* __restrict__ DO)
+{
+    const long long t = (long long)blockDim.x * blockIdx.x + threadIdx.x;
+    if (t >= B * H * 8) return;
+    const long long bh = t / 8;
+    const long long r = t - bh * 8;
+    const long long bi = bh / H;
+    if (r >= 0 && r < 2) {
+        const long long a = r - 0;
+        real acc_0 = ((real)0.0);
+        real acc_1 = ((real)0.0);
+        for (long long i = 0; i < N; ++i) {
+            const real u = QBAR[((bh) * N + i) * 2 + a];
+            acc_0 += u * X[(bi * N + i) * 2 + 0];
+            acc_1 += u * X[(bi * N + i) * 2 + 1];
+        }
+        DQ[((bh) * 2 + a) * 2 + 0] = acc_0;
+        DQ[((bh) * 2 + a) * 2 + 1] = acc_1;
+    }
+    if (r >= 2 && r < 4) {
+        const long long a = r - 2;
+        real acc_0 = ((real)0.0);
+        real acc_1 = ((real)0.0);
+        for (long long i = 0; i < N; ++i) {
+            const real u = KBAR[((bh) * N + i) * 2 + a];
+            acc_0 += u * X[(bi * N + i) * 2 + 0];
+            acc_1 += u * X[(bi * N + i) * 2 + 1];
+        }
+        DK[((bh) * 2 + a) * 2 + 0] = acc_0;
+        DK[((bh) * 2 + a) * 2 + 1] = acc_1;
+    }
+    if (r >= 4 && r < 6) {
+        const long long a = r - 4;
+        real acc_0 = ((real)0.0);
+        real acc_1 = ((real)0.0);
+        for (long long i = 0; i < N; ++i) {
+            const real u = VBAR[((bh) * N + i) * 2 + a];
+            acc_0 += u * X[(bi * N + i) * 2 + 0];
+            acc_1 += u * X[(bi * N + i) * 2 + 1];
+        }
+        DV[((bh) * 2 + a) * 2 + 0] = acc_0;
+        DV[((bh) * 2 + a) * 2 + 1] = acc_1;
+    }
+    if (r >= 6) {
+        const long long a = r - 6;
+        real acc_0 = ((real)0.0);
+        real acc_1 = ((real)0.0);
+        for (long long i = 0; i < N; ++i) {
+            const real u = PC[(bi * N + i) * 2 + a];
+            acc_0 += u * A[((bh) * N + i) * 2 + 0];
+            acc_1 += u * A[((bh) * N + i) * 2 + 1];
+        }
+        DO[((bh) * 2 + a) * 2 + 0] = c[bh] * acc_0;
+        DO[((bh) * 2 + a) * 2 + 1] = c[bh] * acc_1;
     }
 }

@@ -7,56 +7,63 @@ from numba import cuda
 
 
 @cuda.jit
-def features(X, Qs, Ks, Vs, H, N, QF, KT, VT):
+def features(X, Qs, Ks, Vs, B, H, N, PB, QF, KT, VT):
     t = cuda.grid(1)
-    if t >= H * N:
+    if t >= B * H * N:
         return
-    h = t // N
-    i = t - h * N
-    Q_0_0 = Qs[h, 0, 0]
-    Q_0_1 = Qs[h, 0, 1]
-    Q_1_0 = Qs[h, 1, 0]
-    Q_1_1 = Qs[h, 1, 1]
-    K_0_0 = Ks[h, 0, 0]
-    K_0_1 = Ks[h, 0, 1]
-    K_1_0 = Ks[h, 1, 0]
-    K_1_1 = Ks[h, 1, 1]
-    V_0_0 = Vs[h, 0, 0]
-    V_0_1 = Vs[h, 0, 1]
-    V_1_0 = Vs[h, 1, 0]
-    V_1_1 = Vs[h, 1, 1]
-    x_0 = X[i, 0]
-    x_1 = X[i, 1]
-    y_0 = X[i, 0]
-    y_1 = X[i, 1]
+    bh = t // N
+    i = t - bh * N
+    bi = bh // H
+    h = bh - bi * H
+    ph = bh if PB > 1 else h
+    row = bi * N + i
+    Q_0_0 = Qs[ph, 0, 0]
+    Q_0_1 = Qs[ph, 0, 1]
+    Q_1_0 = Qs[ph, 1, 0]
+    Q_1_1 = Qs[ph, 1, 1]
+    K_0_0 = Ks[ph, 0, 0]
+    K_0_1 = Ks[ph, 0, 1]
+    K_1_0 = Ks[ph, 1, 0]
+    K_1_1 = Ks[ph, 1, 1]
+    V_0_0 = Vs[ph, 0, 0]
+    V_0_1 = Vs[ph, 0, 1]
+    V_1_0 = Vs[ph, 1, 0]
+    V_1_1 = Vs[ph, 1, 1]
+    x_0 = X[row, 0]
+    x_1 = X[row, 1]
+    y_0 = X[row, 0]
+    y_1 = X[row, 1]
     q_0 = Q_0_0*x_0 + Q_0_1*x_1
     q_1 = Q_1_0*x_0 + Q_1_1*x_1
     k_0 = K_0_0*y_0 + K_0_1*y_1
     k_1 = K_1_0*y_0 + K_1_1*y_1
     v_0 = V_0_0*y_0 + V_0_1*y_1
     v_1 = V_1_0*y_0 + V_1_1*y_1
-    QF[h, i, 0] = q_0
-    QF[h, i, 1] = q_1
-    KT[h, 0, i] = k_0
-    KT[h, 1, i] = k_1
-    VT[h, 0, i] = v_0
-    VT[h, 1, i] = v_1
+    QF[bh, i, 0] = q_0
+    QF[bh, i, 1] = q_1
+    KT[bh, 0, i] = k_0
+    KT[bh, 1, i] = k_1
+    VT[bh, 0, i] = v_0
+    VT[bh, 1, i] = v_1
 
 
 @cuda.jit
-def forward(QF, KT, VT, Os, c, beta, causal, H, N, A, LOGZ, OH):
+def forward(QF, KT, VT, Os, c, beta, causal, B, H, N, PB, A, LOGZ, OH):
     t = cuda.grid(1)
-    if t >= H * N:
+    if t >= B * H * N:
         return
-    h = t // N
-    i = t - h * N
+    bh = t // N
+    i = t - bh * N
+    bi = bh // H
+    h = bh - bi * H
+    ph = bh if PB > 1 else h
     stop = i + 1 if causal else N
-    q_0 = QF[h, i, 0]
-    q_1 = QF[h, i, 1]
+    q_0 = QF[bh, i, 0]
+    q_1 = QF[bh, i, 1]
     m = -math.inf
     for j in range(0, stop):
-        k_0 = KT[h, 0, j]
-        k_1 = KT[h, 1, j]
+        k_0 = KT[bh, 0, j]
+        k_1 = KT[bh, 1, j]
         logit = beta*(k_0*q_0 + k_1*q_1)
         if logit > m:
             m = logit
@@ -64,79 +71,84 @@ def forward(QF, KT, VT, Os, c, beta, causal, H, N, A, LOGZ, OH):
     acc_0 = 0.0
     acc_1 = 0.0
     for j in range(0, stop):
-        k_0 = KT[h, 0, j]
-        k_1 = KT[h, 1, j]
+        k_0 = KT[bh, 0, j]
+        k_1 = KT[bh, 1, j]
         logit = beta*(k_0*q_0 + k_1*q_1)
         e = math.exp(logit - m)
         s += e
-        acc_0 += e * VT[h, 0, j]
-        acc_1 += e * VT[h, 1, j]
+        acc_0 += e * VT[bh, 0, j]
+        acc_1 += e * VT[bh, 1, j]
     A_0 = acc_0 / s
     A_1 = acc_1 / s
-    A[h, i, 0] = A_0
-    A[h, i, 1] = A_1
-    LOGZ[h, i] = m + math.log(s)
-    wh = c[h]
-    O_0_0 = Os[h, 0, 0]
-    O_0_1 = Os[h, 0, 1]
-    O_1_0 = Os[h, 1, 0]
-    O_1_1 = Os[h, 1, 1]
+    A[bh, i, 0] = A_0
+    A[bh, i, 1] = A_1
+    LOGZ[bh, i] = m + math.log(s)
+    wh = c[bh]
+    O_0_0 = Os[ph, 0, 0]
+    O_0_1 = Os[ph, 0, 1]
+    O_1_0 = Os[ph, 1, 0]
+    O_1_1 = Os[ph, 1, 1]
     _h30 = A_0*wh
     _h31 = A_1*wh
     o_0 = O_0_0*_h30 + O_0_1*_h31
     o_1 = O_1_0*_h30 + O_1_1*_h31
-    OH[h, i, 0] = o_0
-    OH[h, i, 1] = o_1
+    OH[bh, i, 0] = o_0
+    OH[bh, i, 1] = o_1
 
 
 @cuda.jit
-def head_sum(PARTS, H, N, OUT):
+def head_sum(PARTS, BASE, B, H, N, OUT):
     t = cuda.grid(1)
-    if t >= N:
+    if t >= B * N:
         return
-    i = t
+    bi = t // N
+    i = t - bi * N
     acc_0 = 0.0
     acc_1 = 0.0
     for h in range(0, H):
-        acc_0 += PARTS[h, i, 0]
-        acc_1 += PARTS[h, i, 1]
-    OUT[i, 0] = acc_0
-    OUT[i, 1] = acc_1
+        acc_0 += PARTS[bi * H + h, i, 0]
+        acc_1 += PARTS[bi * H + h, i, 1]
+    OUT[t, 0] = BASE[t, 0] + acc_0
+    OUT[t, 1] = BASE[t, 1] + acc_1
 
 
 @cuda.jit
-def adjoint_rows(PC, Qs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, H, N, QBAR, G, GA, XH):
+def adjoint_rows(PC, Qs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, B, H, N, PB, QBAR, G, GA, XH):
     t = cuda.grid(1)
-    if t >= H * N:
+    if t >= B * H * N:
         return
-    h = t // N
-    i = t - h * N
+    bh = t // N
+    i = t - bh * N
+    bi = bh // H
+    h = bh - bi * H
+    ph = bh if PB > 1 else h
+    row = bi * N + i
     stop = i + 1 if causal else N
-    ct_0 = PC[i, 0]
-    ct_1 = PC[i, 1]
-    wh = c[h]
-    O_0_0 = Os[h, 0, 0]
-    O_0_1 = Os[h, 0, 1]
-    O_1_0 = Os[h, 1, 0]
-    O_1_1 = Os[h, 1, 1]
+    ct_0 = PC[row, 0]
+    ct_1 = PC[row, 1]
+    wh = c[bh]
+    O_0_0 = Os[ph, 0, 0]
+    O_0_1 = Os[ph, 0, 1]
+    O_1_0 = Os[ph, 1, 0]
+    O_1_1 = Os[ph, 1, 1]
     _c40 = ct_0*wh
     _c41 = ct_1*wh
     g_0 = O_0_0*_c40 + O_1_0*_c41
     g_1 = O_0_1*_c40 + O_1_1*_c41
-    A_0 = A[h, i, 0]
-    A_1 = A[h, i, 1]
+    A_0 = A[bh, i, 0]
+    A_1 = A[bh, i, 1]
     gA = A_0*g_0 + A_1*g_1
-    q_0 = QF[h, i, 0]
-    q_1 = QF[h, i, 1]
-    lz = LOGZ[h, i]
+    q_0 = QF[bh, i, 0]
+    q_1 = QF[bh, i, 1]
+    lz = LOGZ[bh, i]
     qb_0 = 0.0
     qb_1 = 0.0
     for j in range(0, stop):
-        k_0 = KT[h, 0, j]
-        k_1 = KT[h, 1, j]
+        k_0 = KT[bh, 0, j]
+        k_1 = KT[bh, 1, j]
         logit = beta*(k_0*q_0 + k_1*q_1)
-        v_0 = VT[h, 0, j]
-        v_1 = VT[h, 1, j]
+        v_0 = VT[bh, 0, j]
+        v_1 = VT[bh, 1, j]
         p = math.exp(logit - lz)
         sbar = p*(-gA + g_0*v_0 + g_1*v_1)
         _q70 = beta*sbar
@@ -144,45 +156,49 @@ def adjoint_rows(PC, Qs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, H, N, QBAR, G
         dq_1 = _q70*k_1
         qb_0 += dq_0
         qb_1 += dq_1
-    QBAR[h, i, 0] = qb_0
-    QBAR[h, i, 1] = qb_1
-    G[h, i, 0] = g_0
-    G[h, i, 1] = g_1
-    GA[h, i] = gA
-    Q_0_0 = Qs[h, 0, 0]
-    Q_0_1 = Qs[h, 0, 1]
-    Q_1_0 = Qs[h, 1, 0]
-    Q_1_1 = Qs[h, 1, 1]
+    QBAR[bh, i, 0] = qb_0
+    QBAR[bh, i, 1] = qb_1
+    G[bh, i, 0] = g_0
+    G[bh, i, 1] = g_1
+    GA[bh, i] = gA
+    Q_0_0 = Qs[ph, 0, 0]
+    Q_0_1 = Qs[ph, 0, 1]
+    Q_1_0 = Qs[ph, 1, 0]
+    Q_1_1 = Qs[ph, 1, 1]
     xj_0 = Q_0_0*qb_0 + Q_1_0*qb_1
     xj_1 = Q_0_1*qb_0 + Q_1_1*qb_1
-    XH[h, i, 0] = xj_0
-    XH[h, i, 1] = xj_1
+    XH[bh, i, 0] = xj_0
+    XH[bh, i, 1] = xj_1
 
 
 @cuda.jit
-def adjoint_keys(Ks, Vs, QF, KT, VT, LOGZ, G, GA, beta, causal, lions, H, N, KBAR, VBAR, XH):
+def adjoint_keys(Ks, Vs, QF, KT, VT, LOGZ, G, GA, beta, causal, lions, B, H, N, PB, KBAR, VBAR, XH):
     t = cuda.grid(1)
-    if t >= H * N:
+    if t >= B * H * N:
         return
-    h = t // N
-    j = t - h * N
+    bh = t // N
+    i = t - bh * N
+    bi = bh // H
+    h = bh - bi * H
+    ph = bh if PB > 1 else h
+    j = i
     start = j if causal else 0
-    k_0 = KT[h, 0, j]
-    k_1 = KT[h, 1, j]
-    v_0 = VT[h, 0, j]
-    v_1 = VT[h, 1, j]
+    k_0 = KT[bh, 0, j]
+    k_1 = KT[bh, 1, j]
+    v_0 = VT[bh, 0, j]
+    v_1 = VT[bh, 1, j]
     kb_0 = 0.0
     kb_1 = 0.0
     vb_0 = 0.0
     vb_1 = 0.0
-    for i in range(start, N):
-        q_0 = QF[h, i, 0]
-        q_1 = QF[h, i, 1]
+    for iq in range(start, N):
+        q_0 = QF[bh, iq, 0]
+        q_1 = QF[bh, iq, 1]
         logit = beta*(k_0*q_0 + k_1*q_1)
-        p = math.exp(logit - LOGZ[h, i])
-        g_0 = G[h, i, 0]
-        g_1 = G[h, i, 1]
-        gA = GA[h, i]
+        p = math.exp(logit - LOGZ[bh, iq])
+        g_0 = G[bh, iq, 0]
+        g_1 = G[bh, iq, 1]
+        gA = GA[bh, iq]
         sbar = p*(-gA + g_0*v_0 + g_1*v_1)
         _k80 = beta*sbar
         dk_0 = _k80*q_0
@@ -193,20 +209,70 @@ def adjoint_keys(Ks, Vs, QF, KT, VT, LOGZ, G, GA, beta, causal, lions, H, N, KBA
         kb_1 += dk_1
         vb_0 += dv_0
         vb_1 += dv_1
-    KBAR[h, j, 0] = kb_0
-    KBAR[h, j, 1] = kb_1
-    VBAR[h, j, 0] = vb_0
-    VBAR[h, j, 1] = vb_1
+    KBAR[bh, j, 0] = kb_0
+    KBAR[bh, j, 1] = kb_1
+    VBAR[bh, j, 0] = vb_0
+    VBAR[bh, j, 1] = vb_1
     if lions:
-        K_0_0 = Ks[h, 0, 0]
-        K_0_1 = Ks[h, 0, 1]
-        K_1_0 = Ks[h, 1, 0]
-        K_1_1 = Ks[h, 1, 1]
-        V_0_0 = Vs[h, 0, 0]
-        V_0_1 = Vs[h, 0, 1]
-        V_1_0 = Vs[h, 1, 0]
-        V_1_1 = Vs[h, 1, 1]
+        K_0_0 = Ks[ph, 0, 0]
+        K_0_1 = Ks[ph, 0, 1]
+        K_1_0 = Ks[ph, 1, 0]
+        K_1_1 = Ks[ph, 1, 1]
+        V_0_0 = Vs[ph, 0, 0]
+        V_0_1 = Vs[ph, 0, 1]
+        V_1_0 = Vs[ph, 1, 0]
+        V_1_1 = Vs[ph, 1, 1]
         xl_0 = K_0_0*kb_0 + K_1_0*kb_1 + V_0_0*vb_0 + V_1_0*vb_1
         xl_1 = K_0_1*kb_0 + K_1_1*kb_1 + V_0_1*vb_0 + V_1_1*vb_1
-        XH[h, j, 0] += xl_0
-        XH[h, j, 1] += xl_1
+        XH[bh, j, 0] += xl_0
+        XH[bh, j, 1] += xl_1
+
+
+@cuda.jit
+def param_grads(X, PC, c, A, QBAR, KBAR, VBAR, B, H, N, DQ, DK, DV, DO):
+    t = cuda.grid(1)
+    if t >= B * H * 8:
+        return
+    bh = t // 8
+    r = t - bh * 8
+    bi = bh // H
+    if r >= 0 and r < 2:
+        a = r - 0
+        acc_0 = 0.0
+        acc_1 = 0.0
+        for i in range(0, N):
+            u = QBAR[bh, i, a]
+            acc_0 += u * X[bi * N + i, 0]
+            acc_1 += u * X[bi * N + i, 1]
+        DQ[bh, a, 0] = acc_0
+        DQ[bh, a, 1] = acc_1
+    if r >= 2 and r < 4:
+        a = r - 2
+        acc_0 = 0.0
+        acc_1 = 0.0
+        for i in range(0, N):
+            u = KBAR[bh, i, a]
+            acc_0 += u * X[bi * N + i, 0]
+            acc_1 += u * X[bi * N + i, 1]
+        DK[bh, a, 0] = acc_0
+        DK[bh, a, 1] = acc_1
+    if r >= 4 and r < 6:
+        a = r - 4
+        acc_0 = 0.0
+        acc_1 = 0.0
+        for i in range(0, N):
+            u = VBAR[bh, i, a]
+            acc_0 += u * X[bi * N + i, 0]
+            acc_1 += u * X[bi * N + i, 1]
+        DV[bh, a, 0] = acc_0
+        DV[bh, a, 1] = acc_1
+    if r >= 6:
+        a = r - 6
+        acc_0 = 0.0
+        acc_1 = 0.0
+        for i in range(0, N):
+            u = PC[bi * N + i, a]
+            acc_0 += u * A[bh, i, 0]
+            acc_1 += u * A[bh, i, 1]
+        DO[bh, a, 0] = c[bh] * acc_0
+        DO[bh, a, 1] = c[bh] * acc_1

@@ -2,32 +2,32 @@
 // Do not edit: regenerate with transformer_limits.symbolic.attention_kernels.
 // Formulas: A = sum_j w_j p_ij v_j, p_ij = exp(<q_i,k_j> - log Z_i);
 // grad_x A = sum_j w_j p_ij (v_j - A_i) u_j^T; d_mu A(x_i)(y_j) = p_ij [V + (v_j - A_i) r_i^T].
-extern "C" __global__ void key_features(const double* __restrict__ Y, const double* __restrict__ Q, const double* __restrict__ K, const double* __restrict__ V, double* __restrict__ KF, double* __restrict__ VF, double* __restrict__ UF, const long long M)
+extern "C" __global__ void key_features(const real* __restrict__ Y, const real* __restrict__ Q, const real* __restrict__ K, const real* __restrict__ V, real* __restrict__ KF, real* __restrict__ VF, real* __restrict__ UF, const long long M)
 {
     const long long j = (long long)blockDim.x * blockIdx.x + threadIdx.x;
     if (j >= M) return;
-    const double Q_0_0 = Q[0];
-    const double Q_0_1 = Q[1];
-    const double Q_1_0 = Q[2];
-    const double Q_1_1 = Q[3];
-    const double K_0_0 = K[0];
-    const double K_0_1 = K[1];
-    const double K_1_0 = K[2];
-    const double K_1_1 = K[3];
-    const double V_0_0 = V[0];
-    const double V_0_1 = V[1];
-    const double V_1_0 = V[2];
-    const double V_1_1 = V[3];
-    const double y_0 = Y[j * 2 + 0];
-    const double y_1 = Y[j * 2 + 1];
-    const double _k0 = K_0_0*y_0 + K_0_1*y_1;
-    const double _k1 = K_1_0*y_0 + K_1_1*y_1;
-    const double k_0 = _k0;
-    const double k_1 = _k1;
-    const double v_0 = V_0_0*y_0 + V_0_1*y_1;
-    const double v_1 = V_1_0*y_0 + V_1_1*y_1;
-    const double u_0 = Q_0_0*_k0 + Q_1_0*_k1;
-    const double u_1 = Q_0_1*_k0 + Q_1_1*_k1;
+    const real Q_0_0 = Q[0];
+    const real Q_0_1 = Q[1];
+    const real Q_1_0 = Q[2];
+    const real Q_1_1 = Q[3];
+    const real K_0_0 = K[0];
+    const real K_0_1 = K[1];
+    const real K_1_0 = K[2];
+    const real K_1_1 = K[3];
+    const real V_0_0 = V[0];
+    const real V_0_1 = V[1];
+    const real V_1_0 = V[2];
+    const real V_1_1 = V[3];
+    const real y_0 = Y[j * 2 + 0];
+    const real y_1 = Y[j * 2 + 1];
+    const real _k0 = K_0_0*y_0 + K_0_1*y_1;
+    const real _k1 = K_1_0*y_0 + K_1_1*y_1;
+    const real k_0 = _k0;
+    const real k_1 = _k1;
+    const real v_0 = V_0_0*y_0 + V_0_1*y_1;
+    const real v_1 = V_1_0*y_0 + V_1_1*y_1;
+    const real u_0 = Q_0_0*_k0 + Q_1_0*_k1;
+    const real u_1 = Q_0_1*_k0 + Q_1_1*_k1;
     KF[j * 2 + 0] = k_0;
     KF[j * 2 + 1] = k_1;
     VF[j * 2 + 0] = v_0;
@@ -36,33 +36,33 @@ extern "C" __global__ void key_features(const double* __restrict__ Y, const doub
     UF[j * 2 + 1] = u_1;
 }
 
-extern "C" __global__ void forward(const double* __restrict__ X, const double* __restrict__ w, const double* __restrict__ Q, const double* __restrict__ KF, const double* __restrict__ VF, double* __restrict__ A, double* __restrict__ LOGZ, const long long N, const long long M)
+extern "C" __global__ void forward(const real* __restrict__ X, const real* __restrict__ w, const real* __restrict__ Q, const real* __restrict__ KF, const real* __restrict__ VF, real* __restrict__ A, real* __restrict__ LOGZ, const long long N, const long long M)
 {
     const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;
     if (i >= N) return;
-    const double Q_0_0 = Q[0];
-    const double Q_0_1 = Q[1];
-    const double Q_1_0 = Q[2];
-    const double Q_1_1 = Q[3];
-    const double x_0 = X[i * 2 + 0];
-    const double x_1 = X[i * 2 + 1];
-    const double q_0 = Q_0_0*x_0 + Q_0_1*x_1;
-    const double q_1 = Q_1_0*x_0 + Q_1_1*x_1;
-    double m = -INFINITY;
+    const real Q_0_0 = Q[0];
+    const real Q_0_1 = Q[1];
+    const real Q_1_0 = Q[2];
+    const real Q_1_1 = Q[3];
+    const real x_0 = X[i * 2 + 0];
+    const real x_1 = X[i * 2 + 1];
+    const real q_0 = Q_0_0*x_0 + Q_0_1*x_1;
+    const real q_1 = Q_1_0*x_0 + Q_1_1*x_1;
+    real m = -INFINITY;
     for (long long j = 0; j < M; ++j) {
-        const double k_0 = KF[j * 2 + 0];
-        const double k_1 = KF[j * 2 + 1];
-        const double logit = k_0*q_0 + k_1*q_1;
-        if (w[j] > 0.0) m = fmax(m, logit);  // zero-weight atoms must not set the shift
+        const real k_0 = KF[j * 2 + 0];
+        const real k_1 = KF[j * 2 + 1];
+        const real logit = k_0*q_0 + k_1*q_1;
+        if (w[j] > ((real)0.0)) m = fmax(m, logit);  // zero-weight atoms must not set the shift
     }
-    double s = 0.0;
-    double acc_0 = 0.0;
-    double acc_1 = 0.0;
+    real s = ((real)0.0);
+    real acc_0 = ((real)0.0);
+    real acc_1 = ((real)0.0);
     for (long long j = 0; j < M; ++j) {
-        const double k_0 = KF[j * 2 + 0];
-        const double k_1 = KF[j * 2 + 1];
-        const double logit = k_0*q_0 + k_1*q_1;
-        const double e = w[j] > 0.0 ? w[j] * exp(logit - m) : 0.0;  // no 0 * inf
+        const real k_0 = KF[j * 2 + 0];
+        const real k_1 = KF[j * 2 + 1];
+        const real logit = k_0*q_0 + k_1*q_1;
+        const real e = w[j] > ((real)0.0) ? w[j] * exp(logit - m) : ((real)0.0);  // no 0 * inf
         s += e;
         acc_0 += e * VF[j * 2 + 0];
         acc_1 += e * VF[j * 2 + 1];
@@ -72,40 +72,40 @@ extern "C" __global__ void forward(const double* __restrict__ X, const double* _
     LOGZ[i] = m + log(s);
 }
 
-extern "C" __global__ void jacobian(const double* __restrict__ X, const double* __restrict__ w, const double* __restrict__ Q, const double* __restrict__ KF, const double* __restrict__ VF, const double* __restrict__ UF, const double* __restrict__ A, const double* __restrict__ LOGZ, double* __restrict__ J, const long long N, const long long M)
+extern "C" __global__ void jacobian(const real* __restrict__ X, const real* __restrict__ w, const real* __restrict__ Q, const real* __restrict__ KF, const real* __restrict__ VF, const real* __restrict__ UF, const real* __restrict__ A, const real* __restrict__ LOGZ, real* __restrict__ J, const long long N, const long long M)
 {
     const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;
     if (i >= N) return;
-    const double Q_0_0 = Q[0];
-    const double Q_0_1 = Q[1];
-    const double Q_1_0 = Q[2];
-    const double Q_1_1 = Q[3];
-    const double x_0 = X[i * 2 + 0];
-    const double x_1 = X[i * 2 + 1];
-    const double q_0 = Q_0_0*x_0 + Q_0_1*x_1;
-    const double q_1 = Q_1_0*x_0 + Q_1_1*x_1;
-    const double A_0 = A[i * 2 + 0];
-    const double A_1 = A[i * 2 + 1];
-    const double lz = LOGZ[i];
-    double acc_0_0 = 0.0;
-    double acc_0_1 = 0.0;
-    double acc_1_0 = 0.0;
-    double acc_1_1 = 0.0;
+    const real Q_0_0 = Q[0];
+    const real Q_0_1 = Q[1];
+    const real Q_1_0 = Q[2];
+    const real Q_1_1 = Q[3];
+    const real x_0 = X[i * 2 + 0];
+    const real x_1 = X[i * 2 + 1];
+    const real q_0 = Q_0_0*x_0 + Q_0_1*x_1;
+    const real q_1 = Q_1_0*x_0 + Q_1_1*x_1;
+    const real A_0 = A[i * 2 + 0];
+    const real A_1 = A[i * 2 + 1];
+    const real lz = LOGZ[i];
+    real acc_0_0 = ((real)0.0);
+    real acc_0_1 = ((real)0.0);
+    real acc_1_0 = ((real)0.0);
+    real acc_1_1 = ((real)0.0);
     for (long long j = 0; j < M; ++j) {
-        const double k_0 = KF[j * 2 + 0];
-        const double k_1 = KF[j * 2 + 1];
-        const double logit = k_0*q_0 + k_1*q_1;
-        const double p = exp(logit - lz);
-        const double v_0 = VF[j * 2 + 0];
-        const double v_1 = VF[j * 2 + 1];
-        const double u_0 = UF[j * 2 + 0];
-        const double u_1 = UF[j * 2 + 1];
-        const double _j0 = p*(-A_0 + v_0);
-        const double _j1 = p*(-A_1 + v_1);
-        const double jac_0_0 = _j0*u_0;
-        const double jac_0_1 = _j0*u_1;
-        const double jac_1_0 = _j1*u_0;
-        const double jac_1_1 = _j1*u_1;
+        const real k_0 = KF[j * 2 + 0];
+        const real k_1 = KF[j * 2 + 1];
+        const real logit = k_0*q_0 + k_1*q_1;
+        const real p = exp(logit - lz);
+        const real v_0 = VF[j * 2 + 0];
+        const real v_1 = VF[j * 2 + 1];
+        const real u_0 = UF[j * 2 + 0];
+        const real u_1 = UF[j * 2 + 1];
+        const real _j0 = p*(-A_0 + v_0);
+        const real _j1 = p*(-A_1 + v_1);
+        const real jac_0_0 = _j0*u_0;
+        const real jac_0_1 = _j0*u_1;
+        const real jac_1_0 = _j1*u_0;
+        const real jac_1_1 = _j1*u_1;
         acc_0_0 += w[j] * jac_0_0;
         acc_0_1 += w[j] * jac_0_1;
         acc_1_0 += w[j] * jac_1_0;
@@ -117,74 +117,74 @@ extern "C" __global__ void jacobian(const double* __restrict__ X, const double* 
     J[(i * 2 + 1) * 2 + 1] = acc_1_1;
 }
 
-extern "C" __global__ void lions_derivative(const double* __restrict__ X, const double* __restrict__ Q, const double* __restrict__ K, const double* __restrict__ V, const double* __restrict__ KF, const double* __restrict__ VF, const double* __restrict__ A, const double* __restrict__ LOGZ, double* __restrict__ LIONS, const long long N, const long long M)
+extern "C" __global__ void lions_derivative(const real* __restrict__ X, const real* __restrict__ Q, const real* __restrict__ K, const real* __restrict__ V, const real* __restrict__ KF, const real* __restrict__ VF, const real* __restrict__ A, const real* __restrict__ LOGZ, real* __restrict__ LIONS, const long long N, const long long M)
 {
     const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;
     const long long j = (long long)blockDim.y * blockIdx.y + threadIdx.y;
     if (i >= N || j >= M) return;
-    const double Q_0_0 = Q[0];
-    const double Q_0_1 = Q[1];
-    const double Q_1_0 = Q[2];
-    const double Q_1_1 = Q[3];
-    const double K_0_0 = K[0];
-    const double K_0_1 = K[1];
-    const double K_1_0 = K[2];
-    const double K_1_1 = K[3];
-    const double V_0_0 = V[0];
-    const double V_0_1 = V[1];
-    const double V_1_0 = V[2];
-    const double V_1_1 = V[3];
-    const double x_0 = X[i * 2 + 0];
-    const double x_1 = X[i * 2 + 1];
-    const double q_0 = Q_0_0*x_0 + Q_0_1*x_1;
-    const double q_1 = Q_1_0*x_0 + Q_1_1*x_1;
-    const double A_0 = A[i * 2 + 0];
-    const double A_1 = A[i * 2 + 1];
-    const double lz = LOGZ[i];
-    const double r_0 = K_0_0*q_0 + K_1_0*q_1;
-    const double r_1 = K_0_1*q_0 + K_1_1*q_1;
-    const double k_0 = KF[j * 2 + 0];
-    const double k_1 = KF[j * 2 + 1];
-    const double logit = k_0*q_0 + k_1*q_1;
-    const double p = exp(logit - lz);
-    const double v_0 = VF[j * 2 + 0];
-    const double v_1 = VF[j * 2 + 1];
-    const double _g0 = -A_0 + v_0;
-    const double _g1 = -A_1 + v_1;
-    const double lions_0_0 = p*(V_0_0 + _g0*r_0);
-    const double lions_0_1 = p*(V_0_1 + _g0*r_1);
-    const double lions_1_0 = p*(V_1_0 + _g1*r_0);
-    const double lions_1_1 = p*(V_1_1 + _g1*r_1);
+    const real Q_0_0 = Q[0];
+    const real Q_0_1 = Q[1];
+    const real Q_1_0 = Q[2];
+    const real Q_1_1 = Q[3];
+    const real K_0_0 = K[0];
+    const real K_0_1 = K[1];
+    const real K_1_0 = K[2];
+    const real K_1_1 = K[3];
+    const real V_0_0 = V[0];
+    const real V_0_1 = V[1];
+    const real V_1_0 = V[2];
+    const real V_1_1 = V[3];
+    const real x_0 = X[i * 2 + 0];
+    const real x_1 = X[i * 2 + 1];
+    const real q_0 = Q_0_0*x_0 + Q_0_1*x_1;
+    const real q_1 = Q_1_0*x_0 + Q_1_1*x_1;
+    const real A_0 = A[i * 2 + 0];
+    const real A_1 = A[i * 2 + 1];
+    const real lz = LOGZ[i];
+    const real r_0 = K_0_0*q_0 + K_1_0*q_1;
+    const real r_1 = K_0_1*q_0 + K_1_1*q_1;
+    const real k_0 = KF[j * 2 + 0];
+    const real k_1 = KF[j * 2 + 1];
+    const real logit = k_0*q_0 + k_1*q_1;
+    const real p = exp(logit - lz);
+    const real v_0 = VF[j * 2 + 0];
+    const real v_1 = VF[j * 2 + 1];
+    const real _g0 = -A_0 + v_0;
+    const real _g1 = -A_1 + v_1;
+    const real lions_0_0 = p*(V_0_0 + _g0*r_0);
+    const real lions_0_1 = p*(V_0_1 + _g0*r_1);
+    const real lions_1_0 = p*(V_1_0 + _g1*r_0);
+    const real lions_1_1 = p*(V_1_1 + _g1*r_1);
     LIONS[((i * M + j) * 2 + 0) * 2 + 0] = lions_0_0;
     LIONS[((i * M + j) * 2 + 0) * 2 + 1] = lions_0_1;
     LIONS[((i * M + j) * 2 + 1) * 2 + 0] = lions_1_0;
     LIONS[((i * M + j) * 2 + 1) * 2 + 1] = lions_1_1;
 }
 
-extern "C" __global__ void flat_derivative(const double* __restrict__ X, const double* __restrict__ Q, const double* __restrict__ KF, const double* __restrict__ VF, const double* __restrict__ A, const double* __restrict__ LOGZ, double* __restrict__ FLAT, const long long N, const long long M)
+extern "C" __global__ void flat_derivative(const real* __restrict__ X, const real* __restrict__ Q, const real* __restrict__ KF, const real* __restrict__ VF, const real* __restrict__ A, const real* __restrict__ LOGZ, real* __restrict__ FLAT, const long long N, const long long M)
 {
     const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;
     const long long j = (long long)blockDim.y * blockIdx.y + threadIdx.y;
     if (i >= N || j >= M) return;
-    const double Q_0_0 = Q[0];
-    const double Q_0_1 = Q[1];
-    const double Q_1_0 = Q[2];
-    const double Q_1_1 = Q[3];
-    const double x_0 = X[i * 2 + 0];
-    const double x_1 = X[i * 2 + 1];
-    const double q_0 = Q_0_0*x_0 + Q_0_1*x_1;
-    const double q_1 = Q_1_0*x_0 + Q_1_1*x_1;
-    const double A_0 = A[i * 2 + 0];
-    const double A_1 = A[i * 2 + 1];
-    const double lz = LOGZ[i];
-    const double k_0 = KF[j * 2 + 0];
-    const double k_1 = KF[j * 2 + 1];
-    const double logit = k_0*q_0 + k_1*q_1;
-    const double p = exp(logit - lz);
-    const double v_0 = VF[j * 2 + 0];
-    const double v_1 = VF[j * 2 + 1];
-    const double flat_0 = p*(-A_0 + v_0);
-    const double flat_1 = p*(-A_1 + v_1);
+    const real Q_0_0 = Q[0];
+    const real Q_0_1 = Q[1];
+    const real Q_1_0 = Q[2];
+    const real Q_1_1 = Q[3];
+    const real x_0 = X[i * 2 + 0];
+    const real x_1 = X[i * 2 + 1];
+    const real q_0 = Q_0_0*x_0 + Q_0_1*x_1;
+    const real q_1 = Q_1_0*x_0 + Q_1_1*x_1;
+    const real A_0 = A[i * 2 + 0];
+    const real A_1 = A[i * 2 + 1];
+    const real lz = LOGZ[i];
+    const real k_0 = KF[j * 2 + 0];
+    const real k_1 = KF[j * 2 + 1];
+    const real logit = k_0*q_0 + k_1*q_1;
+    const real p = exp(logit - lz);
+    const real v_0 = VF[j * 2 + 0];
+    const real v_1 = VF[j * 2 + 1];
+    const real flat_0 = p*(-A_0 + v_0);
+    const real flat_1 = p*(-A_1 + v_1);
     FLAT[(i * M + j) * 2 + 0] = flat_0;
     FLAT[(i * M + j) * 2 + 1] = flat_1;
 }

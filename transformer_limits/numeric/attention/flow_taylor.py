@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 
 from transformer_limits.numeric.attention.kernels import attention_kernels
+from transformer_limits.numeric.device_arrays import DeviceArrays
 from transformer_limits.numeric.kernel_family import FLOW_TAYLOR_JET
 from transformer_limits.resource_limits import check_kernel_dimensions
 
@@ -113,40 +114,27 @@ def _jet_module(d: int, d_k: int, d_v: int, backend: str = "numpy"):
     return FLOW_TAYLOR_JET.load(backend, d=int(d), d_k=int(d_k), d_v=int(d_v))
 
 
-_THREADS = 128  # threads per block of the device flavours: one thread per query row i
-
-
-def _jet_numpy(m, args, out_shape):
+def _jet_numpy(m, args, out_shape, backend):
     return m.jet(*args)
 
 
-def _jet_numba(m, args, out_shape):
+def _jet_numba(m, args, out_shape, backend):
     out = tuple(np.empty(out_shape) for _ in range(3))
     m.jet(*args, *out)
     return out
 
 
-def _jet_numba_cuda(m, args, out_shape):
-    from numba import cuda
-
-    out = tuple(cuda.device_array(out_shape) for _ in range(3))
-    m.jet[(out_shape[0] + _THREADS - 1) // _THREADS, _THREADS](*(cuda.to_device(a) for a in args), *out)
-    return tuple(a.copy_to_host() for a in out)
-
-
-def _jet_cupy(m, args, out_shape):  # pragma: no cover - needs a GPU
-    import cupy as cp
-
-    out = tuple(cp.empty(out_shape) for _ in range(3))
-    grid = ((out_shape[0] + _THREADS - 1) // _THREADS,)
-    m.get_function("jet")(grid, (_THREADS,), (*(cp.asarray(a) for a in args), *out,
-                                              np.int64(out_shape[0]), np.int64(args[2].shape[0])))
-    return tuple(cp.asnumpy(a) for a in out)
+def _jet_gpu(m, args, out_shape, backend):
+    """python-cuda and cuda-c: one thread per query row i; the cuda-c kernel also takes N, M."""
+    dev = DeviceArrays(backend)
+    out = tuple(dev.empty(out_shape) for _ in range(3))
+    sizes = (out_shape[0], args[2].shape[0]) if dev.flavour == "cuda-c" else ()
+    dev.launch(m, "jet", out_shape[0], *(dev.put(a) for a in args), *out, *sizes)
+    return tuple(dev.get(a) for a in out)
 
 
 #: how each generated flavour of the jet kernel is called: host arrays in, host (A0, A1, A2) out
-_JET_RUNNERS = {"python-numpy": _jet_numpy, "python-numba": _jet_numba, "python-cuda": _jet_numba_cuda,
-                "cuda-c": _jet_cupy}
+_JET_RUNNERS = {"python-numpy": _jet_numpy, "python-numba": _jet_numba, "python-cuda": _jet_gpu, "cuda-c": _jet_gpu}
 
 
 def attention_jet(X: np.ndarray, DX: np.ndarray, Y: np.ndarray, DY: np.ndarray, w: np.ndarray, Q: np.ndarray,
@@ -169,7 +157,7 @@ def attention_jet(X: np.ndarray, DX: np.ndarray, Y: np.ndarray, DY: np.ndarray, 
     if K.shape != (d_k, d) or V.ndim != 2 or V.shape[1] != d:
         raise ValueError(f"K must have shape {(d_k, d)} and V (d_v, {d}); got {K.shape}, {V.shape}")
     module = _jet_module(d, d_k, V.shape[0], backend)
-    return _JET_RUNNERS[flavour](module, args, (X.shape[0], V.shape[0]))
+    return _JET_RUNNERS[flavour](module, args, (X.shape[0], V.shape[0]), backend)
 
 
 def _state(X: Any, heads: FrozenHeads) -> np.ndarray:

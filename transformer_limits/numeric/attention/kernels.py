@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 
 from transformer_limits.numeric.attention.reference import check_magnitudes
+from transformer_limits.numeric.device_arrays import DeviceArrays
 from transformer_limits.numeric.kernel_family import ATTENTION, load_source
 from transformer_limits.resource_limits import check_kernel_dimensions, check_memory
 
 __all__ = ["AttentionKernels", "attention_kernels", "multi_head_field"]
 
-_THREADS = 128
-_THREADS_2D = (16, 16)
+_THREADS_2D = (16, 16)  # blocks of the pair kernels (lions, flat); 1-D launches: device_arrays.THREADS
 
 
 def _as_f64(name: str, a: Any, ndim: int) -> np.ndarray:
@@ -125,66 +125,41 @@ class AttentionKernels:
         m.flat_derivative(X, Q, K, V, KF, VF, A, logz, out)
         return out
 
-    def _run_numba_cuda(self, kind, X, Y, Q, K, V, w):
-        from numba import cuda
-
-        m = self._module
+    def _run_gpu(self, kind, X, Y, Q, K, V, w):
+        """python-cuda and cuda-c (:class:`DeviceArrays`): the cuda-c kernels also take the sizes, and its
+        forward, jacobian and flat kernels only Q of (Q, K, V) (the key features carry K and V)."""
+        dev, m = DeviceArrays(self.backend), self._module
+        cc = dev.flavour == "cuda-c"
         N, M = X.shape[0], Y.shape[0]
-        dX, dY, dw, dQ, dK, dV = (cuda.to_device(a) for a in (X, Y, w, Q, K, V))
-        KF = cuda.device_array((M, self.d_k))
-        VF = cuda.device_array((M, self.d_v))
-        UF = cuda.device_array((M, self.d))
-        m.key_features[(M + _THREADS - 1) // _THREADS, _THREADS](dY, dQ, dK, dV, KF, VF, UF)
-        A, logz = cuda.device_array((N, self.d_v)), cuda.device_array(N)
-        grid = ((N + _THREADS - 1) // _THREADS, _THREADS)
-        m.forward[grid](dX, dw, dQ, dK, dV, KF, VF, A, logz)
+        dX, dY, dw, dQ, dK, dV = (dev.put(a) for a in (X, Y, w, Q, K, V))
+        mats, sizes = ((dQ,), (N, M)) if cc else ((dQ, dK, dV), ())
+        KF, VF, UF = dev.empty((M, self.d_k)), dev.empty((M, self.d_v)), dev.empty((M, self.d))
+        dev.launch(m, "key_features", M, dY, dQ, dK, dV, KF, VF, UF, *sizes[1:])
+        A, logz = dev.empty((N, self.d_v)), dev.empty((N,))
+        dev.launch(m, "forward", N, dX, dw, *mats, KF, VF, A, logz, *sizes)
         if kind == "forward":
-            return A.copy_to_host(), logz.copy_to_host()
+            return dev.get(A), dev.get(logz)
         if kind == "jacobian":
-            J = cuda.device_array((N, self.d_v, self.d))
-            m.jacobian[grid](dX, dw, dQ, dK, dV, KF, VF, UF, A, logz, J)
-            return J.copy_to_host()
-        tx, ty = _THREADS_2D
-        grid2 = (((N + tx - 1) // tx, (M + ty - 1) // ty), (tx, ty))
+            J = dev.empty((N, self.d_v, self.d))
+            dev.launch(m, "jacobian", N, dX, dw, *mats, KF, VF, UF, A, logz, J, *sizes)
+            return dev.get(J)
         if kind == "lions":
-            out = cuda.device_array((N, M, self.d_v, self.d))
-            m.lions_derivative[grid2](dX, dQ, dK, dV, KF, VF, A, logz, out)
+            out = dev.empty((N, M, self.d_v, self.d))
+            name, args = "lions_derivative", (dX, dQ, dK, dV, KF, VF, A, logz, out)
         else:
-            out = cuda.device_array((N, M, self.d_v))
-            m.flat_derivative[grid2](dX, dQ, dK, dV, KF, VF, A, logz, out)
-        return out.copy_to_host()
-
-    def _run_cupy(self, kind, X, Y, Q, K, V, w):  # pragma: no cover - needs a GPU
-        import cupy as cp
-
-        f = self._module.get_function
-        N, M = X.shape[0], Y.shape[0]
-        dX, dY, dw, dQ, dK, dV = (cp.asarray(a) for a in (X, Y, w, Q, K, V))
-        KF, VF, UF = cp.empty((M, self.d_k)), cp.empty((M, self.d_v)), cp.empty((M, self.d))
-        nM, nN = np.int64(M), np.int64(N)
-        f("key_features")(((M + _THREADS - 1) // _THREADS,), (_THREADS,), (dY, dQ, dK, dV, KF, VF, UF, nM))
-        A, logz = cp.empty((N, self.d_v)), cp.empty(N)
-        g1 = ((N + _THREADS - 1) // _THREADS,)
-        f("forward")(g1, (_THREADS,), (dX, dw, dQ, KF, VF, A, logz, nN, nM))
-        if kind == "forward":
-            return cp.asnumpy(A), cp.asnumpy(logz)
-        if kind == "jacobian":
-            J = cp.empty((N, self.d_v, self.d))
-            f("jacobian")(g1, (_THREADS,), (dX, dw, dQ, KF, VF, UF, A, logz, J, nN, nM))
-            return cp.asnumpy(J)
-        tx, ty = _THREADS_2D
-        g2 = ((N + tx - 1) // tx, (M + ty - 1) // ty)
-        if kind == "lions":
-            out = cp.empty((N, M, self.d_v, self.d))
-            f("lions_derivative")(g2, (tx, ty), (dX, dQ, dK, dV, KF, VF, A, logz, out, nN, nM))
+            out = dev.empty((N, M, self.d_v))
+            name, args = "flat_derivative", (dX, *mats, KF, VF, A, logz, out)
+        tx, ty = _THREADS_2D  # one thread per (query, atom) pair
+        grid = (-(-N // tx), -(-M // ty))
+        if cc:  # pragma: no cover - needs a GPU
+            m.get_function(name)(grid, (tx, ty), (*args, *(np.int64(n) for n in sizes)))
         else:
-            out = cp.empty((N, M, self.d_v))
-            f("flat_derivative")(g2, (tx, ty), (dX, dQ, KF, VF, A, logz, out, nN, nM))
-        return cp.asnumpy(out)
+            getattr(m, name)[grid, (tx, ty)](*args)
+        return dev.get(out)
 
     #: how each generated flavour is called (arrays, launch layout)
-    _RUNNERS = {"python-numpy": _run_numpy, "python-numba": _run_numba, "python-cuda": _run_numba_cuda,
-                "cuda-c": _run_cupy}
+    _RUNNERS = {"python-numpy": _run_numpy, "python-numba": _run_numba, "python-cuda": _run_gpu,
+                "cuda-c": _run_gpu}
 
     # ------------------------------------------------------------------ public API
     def forward(self, X, Y, Q, K, V, weights=None) -> tuple[np.ndarray, np.ndarray]:

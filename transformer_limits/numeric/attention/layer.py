@@ -30,8 +30,15 @@ brackets):
 ``numba-cuda``, ``numba-cuda-sim`` [python-cuda] and ``cupy`` [cuda-c]  the same family's GPU kernels
            (:mod:`transformer_limits.symbolic.attention_adjoint_cuda`): one thread per (head, query row) for
            the forward pass and the row part of the adjoint, one per (head, key) for the key-side sums
-           kbar^j, vbar^j (P_ij recomputed from the stored log Z^i), head sums in a fixed order (no atomics:
-           deterministic); host arrays in and out.
+           kbar^j, vbar^j (P_ij recomputed from the stored log Z^i), head sums (with the residual) and the
+           parameter gradients in a fixed order (no atomics: deterministic).  :meth:`AttentionLayer.field`
+           and :meth:`AttentionLayer.vjp` take and return host arrays; :meth:`AttentionLayer.device_field`
+           and :meth:`AttentionLayer.device_vjp` run a batch of B problems on device arrays
+           (:class:`~transformer_limits.numeric.device_arrays.DeviceArrays`), for the device-resident
+           transformer.
+
+``precision`` (``float64`` default, or ``float32``): numpy and blas compute in arrays of that dtype; cupy
+runs the float32 compile of the same CUDA C source; numba and the python-cuda backends are float64 only.
 
 ``lions=False`` in :meth:`AttentionLayer.vjp` drops the Lions (interaction) term; it exists to show that
 the gradient Taylor test then fails (a deliberately wrong model).
@@ -47,10 +54,12 @@ import numba
 import numpy as np
 
 from transformer_limits.numeric.backends import REGISTRY, resolve_backend
+from transformer_limits.numeric.device_arrays import DTYPES, DeviceArrays
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.resource_limits import check_kernel_dimensions
 
-__all__ = ["LAYER_BACKENDS", "LAYER_FLAVOURS", "AttentionLayer", "LayerCache", "attention_layer"]
+__all__ = ["LAYER_BACKENDS", "LAYER_FLAVOURS", "FLOAT32_BACKENDS", "AttentionLayer", "DeviceCache", "LayerCache",
+           "attention_layer"]
 
 #: flavours the layer runs: NumPy attention kernels (reference), hand-written BLAS, generated layer kernels
 #: (every flavour of the kernel family LAYER_ADJOINT)
@@ -71,42 +80,30 @@ def _tasks(N: int) -> int:
     return max(1, min(max(MIN_TASKS, numba.get_num_threads()), N))
 
 
-#: threads per block of the GPU kernels (one thread per (head, token), or per token)
-_THREADS = 128
+#: backends that compute in float32 when asked (the others are float64 only)
+FLOAT32_BACKENDS = ("numpy", "blas", "cupy")
 
 
-class _Device:
-    """Device arrays and 1-D launches of one GPU flavour: ``python-cuda`` (Numba CUDA, or its simulator)
-    or ``cuda-c`` (CuPy RawModule; integers passed as int64, flags as int32)."""
+@dataclass
+class DeviceCache:
+    """One layer's cache on the device for a batch of B problems (bh = b H + h): QF (B H, N, d_k),
+    KT (B H, d_k, N), VT (B H, d_v, N), A (B H, N, d_v), LOGZ (B H, N)."""
 
-    def __init__(self, module: Any, flavour: str):
-        self.module, self.cupy = module, flavour == "cuda-c"
-        if self.cupy:  # pragma: no cover - needs a GPU
-            import cupy
+    QF: Any
+    KT: Any
+    VT: Any
+    A: Any
+    LOGZ: Any
 
-            self.xp: Any = cupy
-        else:
-            from numba import cuda
+    @staticmethod
+    def empty(dev: DeviceArrays, lead: tuple[int, ...], N: int, d_k: int, d_v: int) -> "DeviceCache":
+        """Uninitialised arrays with leading axes ``lead`` (e.g. (B H,), or (L, B H) for a whole network)."""
+        return DeviceCache(dev.empty(lead + (N, d_k)), dev.empty(lead + (d_k, N)), dev.empty(lead + (d_v, N)),
+                           dev.empty(lead + (N, d_v)), dev.empty(lead + (N,)))
 
-            self.xp = cuda
-
-    def put(self, a: Any) -> Any:
-        return self.xp.asarray(a) if self.cupy else self.xp.to_device(a)
-
-    def empty(self, shape: tuple[int, ...]) -> Any:
-        return self.xp.empty(shape, dtype=np.float64) if self.cupy else self.xp.device_array(shape, dtype=np.float64)
-
-    def get(self, a: Any) -> np.ndarray:
-        return self.xp.asnumpy(a) if self.cupy else a.copy_to_host()
-
-    def launch(self, name: str, threads: int, *args: Any) -> None:
-        blocks = max(1, -(-threads // _THREADS))
-        if not self.cupy:
-            getattr(self.module, name)[blocks, _THREADS](*args)
-            return
-        cast = [np.int32(a) if isinstance(a, bool) else np.int64(a) if isinstance(a, int)  # pragma: no cover
-                else np.float64(a) if isinstance(a, float) else a for a in args]
-        self.module.get_function(name)((blocks,), (_THREADS,), tuple(cast))  # pragma: no cover
+    def layer(self, r: int) -> "DeviceCache":
+        """Layer r of a stacked (L, B H, ...) cache (device views, no copy)."""
+        return DeviceCache(self.QF[r], self.KT[r], self.VT[r], self.A[r], self.LOGZ[r])
 
 
 @dataclass
@@ -128,26 +125,35 @@ class AttentionLayer:
     """Field and VJP of one attention layer for fixed shapes, mask, temperature and backend."""
 
     def __init__(self, d: int, d_k: int, d_v: int, *, causal: bool = False, temperature: float = 1.0,
-                 backend: str = "numpy"):
+                 backend: str = "numpy", precision: str = "float64"):
         for name, val in (("d", d), ("d_k", d_k), ("d_v", d_v)):
             if not isinstance(val, (int, np.integer)) or val < 1:
                 raise ValueError(f"{name} must be a positive integer, got {val!r}")
         self.flavour = resolve_backend(backend, LAYER_FLAVOURS, "the attention layer").flavour
         if not (np.isfinite(temperature) and temperature > 0):
             raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+        if precision not in DTYPES:
+            raise ValueError(f"precision must be one of {', '.join(DTYPES)}, got {precision!r}")
+        if precision != "float64" and backend not in FLOAT32_BACKENDS:
+            raise ValueError(f"precision {precision!r} needs one of the backends {', '.join(FLOAT32_BACKENDS)}; "
+                             f"backend {backend!r} computes in float64 only")
         if self.flavour in LAYER_ADJOINT.flavours:  # generated code is unrolled in d, d_k, d_v (blas: any size)
             check_kernel_dimensions(d=d, d_k=d_k, d_v=d_v)
         self.d, self.d_k, self.d_v = int(d), int(d_k), int(d_v)
         self.causal, self.beta, self.backend = bool(causal), 1.0 / float(temperature), backend
+        self.precision, self.dtype = precision, DTYPES[precision]
         self._module: Any = None
+        self.dev: DeviceArrays | None = None  # GPU flavours: device arrays and launches
         if self.flavour in LAYER_ADJOINT.flavours:
-            self._module = LAYER_ADJOINT.load(backend, d=self.d, d_k=self.d_k, d_v=self.d_v)
+            self._module = LAYER_ADJOINT.load(backend, precision=precision, d=self.d, d_k=self.d_k, d_v=self.d_v)
+        if self.flavour in ("python-cuda", "cuda-c"):
+            self.dev = DeviceArrays(backend, precision)
 
     # ------------------------------------------------------------------ checks
     def _check(self, X, Qs, Ks, Vs, Os, c):
-        X = np.ascontiguousarray(X, dtype=np.float64)
-        Qs, Ks, Vs, Os = (np.ascontiguousarray(a, dtype=np.float64) for a in (Qs, Ks, Vs, Os))
-        c = np.ascontiguousarray(c, dtype=np.float64)
+        X = np.ascontiguousarray(X, dtype=self.dtype)
+        Qs, Ks, Vs, Os = (np.ascontiguousarray(a, dtype=self.dtype) for a in (Qs, Ks, Vs, Os))
+        c = np.ascontiguousarray(c, dtype=self.dtype)
         if X.ndim != 2 or X.shape[1] != self.d or X.shape[0] < 1:
             raise ValueError(f"X must have shape (N, {self.d}) with N >= 1, got {X.shape}")
         H = Qs.shape[0] if Qs.ndim == 3 else -1
@@ -164,6 +170,8 @@ class AttentionLayer:
     def field(self, X, Qs, Ks, Vs, Os, c) -> tuple[np.ndarray, LayerCache]:
         """F (N, d) and the cache for :meth:`vjp`."""
         X, Qs, Ks, Vs, Os, c = self._check(X, Qs, Ks, Vs, Os, c)
+        if self.dev is not None:
+            return self._field_gpu(X, Qs, Ks, Vs, Os, c)
         if self.flavour in self._RUNNERS:
             return self._RUNNERS[self.flavour][0](self, X, Qs, Ks, Vs, Os, c)
         QF = np.einsum("hkd,nd->hnk", Qs, X)
@@ -191,9 +199,11 @@ class AttentionLayer:
     def vjp(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, *, lions: bool = True):
         """(xbar (N, d), dQs, dKs, dVs, dOs) for the cotangent PC (N, d) of F."""
         X, Qs, Ks, Vs, Os, c = self._check(X, Qs, Ks, Vs, Os, c)
-        PC = np.ascontiguousarray(PC, dtype=np.float64)
+        PC = np.ascontiguousarray(PC, dtype=self.dtype)
         if PC.shape != X.shape:
             raise ValueError(f"cotangent PC must have shape {X.shape}, got {PC.shape}")
+        if self.dev is not None:  # the whole VJP (parameter gradients too) on the device
+            return self._vjp_gpu(X, Qs, Ks, Vs, Os, c, cache, PC, lions)
         if self.flavour in self._RUNNERS:
             QBAR, KBAR, VBAR, xbar = self._RUNNERS[self.flavour][1](self, Qs, Ks, Vs, Os, c, cache, PC, lions)
         else:
@@ -232,36 +242,60 @@ class AttentionLayer:
         KBAR, VBAR = (P.sum(axis=0).transpose(0, 2, 1) for P in (KBP, VBP))  # (H, N, d_k|d_v) views
         return QBAR, KBAR, VBAR, xbar
 
-    def _field_gpu(self, X, Qs, Ks, Vs, Os, c):
-        dev, beta, causal = _Device(self._module, self.flavour), self.beta, self.causal
-        H, N = Qs.shape[0], X.shape[0]
-        dX, dQ, dK, dV, dO, dc = (dev.put(a) for a in (X, Qs, Ks, Vs, Os, c))
-        QF, KT, VT = dev.empty((H, N, self.d_k)), dev.empty((H, self.d_k, N)), dev.empty((H, self.d_v, N))
-        dev.launch("features", H * N, dX, dQ, dK, dV, H, N, QF, KT, VT)
-        A, LOGZ = dev.empty((H, N, self.d_v)), dev.empty((H, N))
-        OH, F = dev.empty((H, N, self.d)), dev.empty((N, self.d))
-        dev.launch("forward", H * N, QF, KT, VT, dO, dc, beta, causal, H, N, A, LOGZ, OH)
-        dev.launch("head_sum", N, OH, H, N, F)  # F^i = sum_h c_h O_h A_h^i, h in order
-        return dev.get(F), LayerCache(A=dev.get(A), QF=dev.get(QF), KF=dev.get(KT), VF=dev.get(VT), LOGZ=dev.get(LOGZ))
+    # ------------------------------------------------------------------ GPU (device arrays)
+    def device_field(self, X, Qs, Ks, Vs, Os, c, B: int, H: int, N: int, PB: int, base, out,
+                     cache: Any, OH) -> None:
+        """Batched forward pass on device arrays: out = base + F for B problems (X, base, out (B N, d);
+        Qs.. (PB H, ...), PB = 1 shared or B; c (B H,)); fills ``cache`` (a ``DeviceCache``);
+        OH (B H, N, d) is scratch."""
+        assert self.dev is not None, "device_field needs a GPU backend"
+        m, dev = self._module, self.dev
+        dev.launch(m, "features", B * H * N, X, Qs, Ks, Vs, B, H, N, PB, cache.QF, cache.KT, cache.VT)
+        dev.launch(m, "forward", B * H * N, cache.QF, cache.KT, cache.VT, Os, c, self.beta, self.causal, B, H, N,
+                   PB, cache.A, cache.LOGZ, OH)
+        dev.launch(m, "head_sum", B * N, OH, base, B, H, N, out)  # sum_h in order, then + base
 
-    def _bars_gpu(self, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, lions):
-        dev, beta, causal = _Device(self._module, self.flavour), self.beta, self.causal
-        H, N = Qs.shape[0], PC.shape[0]
-        dPC, dQ, dK, dV, dO, dc, QF, KT, VT, A, LOGZ = (
-            dev.put(a) for a in (PC, Qs, Ks, Vs, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ))
-        QBAR, G, GA = dev.empty((H, N, self.d_k)), dev.empty((H, N, self.d_v)), dev.empty((H, N))
-        XH = dev.empty((H, N, self.d))  # per head: Jacobian term (rows), then + Lions term (keys)
-        dev.launch("adjoint_rows", H * N, dPC, dQ, dO, dc, QF, KT, VT, A, LOGZ, beta, causal, H, N,
-                   QBAR, G, GA, XH)
-        KBAR, VBAR, XBAR = dev.empty((H, N, self.d_k)), dev.empty((H, N, self.d_v)), dev.empty((N, self.d))
-        dev.launch("adjoint_keys", H * N, dK, dV, QF, KT, VT, LOGZ, G, GA, beta, causal, bool(lions), H, N,
-                   KBAR, VBAR, XH)
-        dev.launch("head_sum", N, XH, H, N, XBAR)  # xbar = sum_h (Jacobian + Lions terms), h in order
-        return dev.get(QBAR), dev.get(KBAR), dev.get(VBAR), dev.get(XBAR)
+    def device_vjp(self, X, Qs, Ks, Vs, Os, c, B: int, H: int, N: int, PB: int, cache: Any, PC, base,
+                   out, grads: tuple[Any, Any, Any, Any], *, lions: bool = True) -> None:
+        """Batched VJP on device arrays: out = base + xbar (B N, d; base = PC in the adjoint recursion,
+        0 for xbar alone) and the per-problem parameter gradients ``grads`` = (dQ, dK, dV, dO), each
+        (B H, ...), for the cotangent PC (B N, d); ``cache`` is the forward pass's ``DeviceCache``."""
+        assert self.dev is not None, "device_vjp needs a GPU backend"
+        m, dev, beta, causal = self._module, self.dev, self.beta, self.causal
+        QBAR, KBAR = dev.empty((B * H, N, self.d_k)), dev.empty((B * H, N, self.d_k))
+        G, VBAR, GA = dev.empty((B * H, N, self.d_v)), dev.empty((B * H, N, self.d_v)), dev.empty((B * H, N))
+        XH = dev.empty((B * H, N, self.d))  # per head: Jacobian term (rows), then + Lions term (keys)
+        dev.launch(m, "adjoint_rows", B * H * N, PC, Qs, Os, c, cache.QF, cache.KT, cache.VT, cache.A, cache.LOGZ,
+                   beta, causal, B, H, N, PB, QBAR, G, GA, XH)
+        dev.launch(m, "adjoint_keys", B * H * N, Ks, Vs, cache.QF, cache.KT, cache.VT, cache.LOGZ, G, GA, beta,
+                   causal, bool(lions), B, H, N, PB, KBAR, VBAR, XH)
+        dev.launch(m, "head_sum", B * N, XH, base, B, H, N, out)  # p_r = p_{r+1} + sum_h (Jacobian + Lions)
+        R = 2 * self.d_k + self.d_v + self.d
+        dev.launch(m, "param_grads", B * H * R, X, PC, c, cache.A, QBAR, KBAR, VBAR, B, H, N, *grads)
+
+    def _field_gpu(self, X, Qs, Ks, Vs, Os, c):
+        dev, (H, N) = self.dev, (Qs.shape[0], X.shape[0])
+        assert dev is not None
+        dX, dQ, dK, dV, dO, dc = (dev.put(a) for a in (X, Qs, Ks, Vs, Os, c))
+        cache, F = DeviceCache.empty(dev, (H,), N, self.d_k, self.d_v), dev.empty((N, self.d))
+        self.device_field(dX, dQ, dK, dV, dO, dc, 1, H, N, 1, dev.zeros((N, self.d)), F, cache,
+                          dev.empty((H, N, self.d)))  # base 0: F alone
+        return dev.get(F), LayerCache(A=dev.get(cache.A), QF=dev.get(cache.QF), KF=dev.get(cache.KT),
+                                      VF=dev.get(cache.VT), LOGZ=dev.get(cache.LOGZ))
+
+    def _vjp_gpu(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, lions):
+        dev, (H, N) = self.dev, (Qs.shape[0], X.shape[0])
+        assert dev is not None
+        dcache = DeviceCache(*(dev.put(a) for a in (cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ)))
+        dX, dQ, dK, dV, dO, dc = (dev.put(a) for a in (X, Qs, Ks, Vs, Os, c))
+        grads = (dev.empty(Qs.shape), dev.empty(Ks.shape), dev.empty(Vs.shape), dev.empty(Os.shape))
+        out = dev.empty((N, self.d))
+        self.device_vjp(dX, dQ, dK, dV, dO, dc, 1, H, N, 1, dcache, dev.put(PC), dev.zeros((N, self.d)), out, grads,
+                        lions=lions)  # base 0: xbar alone
+        return (dev.get(out), *(dev.get(g) for g in grads))
 
     #: (field, bars) runner of each generated flavour (arrays, launch layout)
-    _RUNNERS = {"python-numba": (_field_numba, _bars_numba), "python-cuda": (_field_gpu, _bars_gpu),
-                "cuda-c": (_field_gpu, _bars_gpu)}
+    _RUNNERS = {"python-numba": (_field_numba, _bars_numba)}  # the GPU flavours: _field_gpu, _vjp_gpu
 
     def _xbar_theory(self, X, Qs, Ks, Vs, Os, c, PC, lions):
         """docs/theory.md §A.2: Jacobian term + Lions term, with the generated NumPy attention kernels."""
@@ -292,6 +326,7 @@ class AttentionLayer:
 
 @lru_cache(maxsize=64)
 def attention_layer(d: int, d_k: int, d_v: int, *, causal: bool = False, temperature: float = 1.0,
-                    backend: str = "numpy") -> AttentionLayer:
+                    backend: str = "numpy", precision: str = "float64") -> AttentionLayer:
     """Cached :class:`AttentionLayer`."""
-    return AttentionLayer(d, d_k, d_v, causal=causal, temperature=temperature, backend=backend)
+    return AttentionLayer(d, d_k, d_v, causal=causal, temperature=temperature, backend=backend,
+                          precision=precision)

@@ -24,6 +24,9 @@ replaced by the exact expectation), ``iid`` mode draws H atom indices i.i.d. fro
 Time stepping: classical RK4 with steps aligned to the nodes (the parameters are smooth between
 nodes); :meth:`MeanFieldLimit.forward_checked` estimates the error by step doubling (Richardson,
 |X_h - X_{h/2}| / 15).  The adjoint integrates (X, P, node gradients) backward from t = 1 with RK4.
+On a GPU backend with device-array arithmetic both integrations stay on the device (states, stages and
+gradient accumulators; :mod:`transformer_limits.numeric.attention.mean_field_device`), and
+:meth:`MeanFieldLimit.forward_batch` runs B inputs per launch; ``resident=False`` keeps the host loop.
 
 Training in the limit: AdamW (:mod:`transformer_limits.numeric.optim.adamw`) on the node parameters
 theta_{n,a} driven by dJ/dtheta_{n,a} = int_0^1 phi_n(t) (1/N) sum_i d_theta gamma(...)^T w_a P_t^i dt;
@@ -42,6 +45,7 @@ import numpy as np
 
 from transformer_limits.numeric.optim.adamw import AdamW, BlockwiseAdamW
 from transformer_limits.numeric.attention.layer import attention_layer
+from transformer_limits.numeric.attention.mean_field_device import device_adjoint, device_forward, device_resident
 from transformer_limits.numeric.attention.transformer import PARAM_NAMES, AttentionTransformer
 
 __all__ = ["HeadLaw", "AffineHeadLaw", "MeanFieldLimit", "RK4Result", "quadrature_estimate",
@@ -227,7 +231,10 @@ class RK4Result:
 
 @dataclass
 class MeanFieldLimit:
-    """The N-particle MV-ODE and its adjoint for a :class:`HeadLaw` (see the module docstring)."""
+    """The N-particle MV-ODE and its adjoint for a :class:`HeadLaw` (see the module docstring).
+
+    ``resident`` (default True): on a GPU backend whose device arrays support arithmetic, forward and
+    adjoint integrate on the device, copying in and out once; ``resident=False`` keeps the host loop."""
 
     d: int
     d_k: int
@@ -235,10 +242,16 @@ class MeanFieldLimit:
     causal: bool = False
     temperature: float = 1.0
     backend: str = "numba"
+    resident: bool = True
 
     def __post_init__(self) -> None:
         self.layer = attention_layer(self.d, self.d_k, self.d_v, causal=self.causal,
                                      temperature=float(self.temperature), backend=self.backend)
+
+    @property
+    def on_device(self) -> bool:
+        """Whether forward/adjoint keep their state on the device (mean_field_device)."""
+        return self.resident and device_resident(self.layer)
 
     def _field(self, law: HeadLaw, t: float, X: np.ndarray):
         th = law.at(t)
@@ -257,6 +270,9 @@ class MeanFieldLimit:
         """RK4 with ``steps`` uniform steps on [0, 1]; trajectory (steps+1, N, d)."""
         self._check_steps(law, steps)
         X = np.array(X0, dtype=np.float64)
+        if self.on_device:
+            traj = device_forward(self.layer, self._checked_states(X[None], "X0"), law, steps)[:, 0]
+            return RK4Result(traj[-1].copy(), traj, steps)
         h = 1.0 / steps
         traj = np.empty((steps + 1,) + X.shape)
         traj[0] = X
@@ -269,6 +285,23 @@ class MeanFieldLimit:
             X = X + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
             traj[s + 1] = X
         return RK4Result(X, traj, steps)
+
+    def forward_batch(self, X0s: Any, law: HeadLaw, steps: int) -> np.ndarray:
+        """Trajectories (steps+1, B, N, d) of B inputs X0s (B, N, d) under one law: one launch chain
+        per RK4 stage for all B on the device, a loop of :meth:`forward` elsewhere."""
+        self._check_steps(law, steps)
+        X0s = np.array(X0s, dtype=np.float64)
+        if X0s.ndim != 3 or X0s.shape[0] < 1:
+            raise ValueError(f"X0s must have shape (B, N, {self.d}) with B >= 1, got {X0s.shape}")
+        if self.on_device:
+            return device_forward(self.layer, self._checked_states(X0s, "X0s"), law, steps)
+        return np.stack([self.forward(X, law, steps).trajectory for X in X0s], axis=1)
+
+    def _checked_states(self, X: np.ndarray, name: str) -> np.ndarray:
+        """X (B, N, d) with B, N >= 1, C-contiguous (the device path skips the layer's own checks)."""
+        if X.ndim != 3 or X.shape[0] < 1 or X.shape[1] < 1 or X.shape[2] != self.d:
+            raise ValueError(f"{name} must have shape (N, {self.d}) per input with N >= 1, got {X.shape}")
+        return np.ascontiguousarray(X)
 
     def forward_checked(self, X0: Any, law: HeadLaw, steps: int) -> RK4Result:
         """RK4 at ``steps`` and ``2*steps``; returns the finer solution with the Richardson error
@@ -294,6 +327,10 @@ class MeanFieldLimit:
         """
         self._check_steps(law, steps)
         X, P = np.array(X1, dtype=np.float64), np.array(P1, dtype=np.float64)
+        if self.on_device:
+            if P.shape != X.shape:
+                raise ValueError(f"P1 must have the shape of X1 {X.shape}, got {P.shape}")
+            return device_adjoint(self.layer, self._checked_states(X[None], "X1")[0], P, law, steps)
         grads = {k: np.zeros_like(v) for k, v in law.params.items()}
         h = 1.0 / steps
         for s in range(steps, 0, -1):

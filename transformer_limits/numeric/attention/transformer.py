@@ -24,17 +24,27 @@ only the later tokens j >= i, each through its own prefix measure of i... j toke
 and dLoss/dtheta_{r,h} = c_{r,h} sum_i d_theta gamma(x_r^i, m_r^i, theta_{r,h})^T p_{r+1}^i.  The
 per-layer VJPs live in :mod:`transformer_limits.numeric.attention.layer` (backends numpy, blas,
 numba and the CUDA ones: numba-cuda, numba-cuda-sim, cupy).
+
+Device residency and batches.  On the GPU backends (numba-cuda, numba-cuda-sim, cupy) the forward pass
+keeps the states (L+1, B N, d) and every layer's cache on the device, and the backward pass the adjoints
+and gradients: a pass copies its inputs and parameters in once and its results out once (O(1) copies,
+not O(L): :func:`~transformer_limits.numeric.device_arrays.count_transfers`).  :meth:`forward_batch`,
+:meth:`backward_batch` and :meth:`loss_and_grad_batch` run B independent problems (tokens (B, N, d);
+parameters shared (L, H, ...) or per problem (B, L, H, ...); head weights shared (H,) | (L, H) or per
+problem (B, L, H)) in one launch per kernel on the GPU backends, and loop over the problems on the CPU
+backends (the same results).  ``precision="float32"`` computes in float32 on numpy, blas and cupy.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
-from transformer_limits.numeric.attention.layer import LAYER_FLAVOURS, LayerCache, attention_layer
+from transformer_limits.numeric.attention.layer import LAYER_FLAVOURS, DeviceCache, LayerCache, attention_layer
 from transformer_limits.numeric.backends import resolve_backend
 
 __all__ = [
@@ -42,6 +52,8 @@ __all__ = [
     "AttentionTransformer",
     "ForwardPass",
     "AdjointPass",
+    "BatchForwardPass",
+    "BatchAdjointPass",
     "init_params",
     "inverse_depth",
     "inverse_heads",
@@ -96,17 +108,77 @@ def init_params(L: int, H: int, d: int, d_k: int, d_v: int, *, seed: int = 0, in
 
 
 @dataclass
+class _DeviceRun:
+    """Device state of one (batched) forward pass: parameters (L, PB H, ...) with PB = 1 (shared) or B,
+    head weights c (L, B H), states (L+1, B N, d) and the stacked layer caches (L, B H, ...)."""
+
+    B: int
+    L: int
+    H: int
+    N: int
+    PB: int
+    params: dict[str, Any]
+    c: Any
+    states: Any
+    cache: DeviceCache
+
+
+class _DeviceCaches(Sequence[LayerCache]):
+    """The layer caches of a device-resident forward pass as host :class:`LayerCache` (problems stacked:
+    (B H, ...)); copied to the host once, on first access (five copies, whatever L)."""
+
+    def __init__(self, layer: Any, run: _DeviceRun):
+        self._layer, self._run = layer, run
+        self._host: list[LayerCache] | None = None
+
+    def _fetch(self) -> list[LayerCache]:
+        if self._host is None:
+            get, c = self._layer.dev.get, self._run.cache
+            QF, KT, VT, A, LZ = (get(a) for a in (c.QF, c.KT, c.VT, c.A, c.LOGZ))
+            self._host = [LayerCache(A=A[r], QF=QF[r], KF=KT[r], VF=VT[r], LOGZ=LZ[r]) for r in range(self._run.L)]
+        return self._host
+
+    def __getitem__(self, r):
+        return self._fetch()[r]
+
+    def __len__(self) -> int:
+        return self._run.L
+
+
+@dataclass
 class ForwardPass:
-    """All layer states ``states`` (L+1, N, d) and the per-layer caches of the attention VJPs."""
+    """All layer states ``states`` (L+1, N, d) and the per-layer caches of the attention VJPs (on the GPU
+    backends fetched from the device on first access; ``device`` keeps the device-resident pass)."""
 
     states: np.ndarray
-    caches: list[LayerCache]
+    caches: Sequence[LayerCache]
     weights: np.ndarray  # (L, H) head weights c_{r,h}
+    device: _DeviceRun | None = None
 
 
 @dataclass
 class AdjointPass:
     """Adjoint states p (L+1, N, d) with p[r] = dLoss/dx_r, and per-head gradients (L, H, ...)."""
+
+    p: np.ndarray
+    grads: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class BatchForwardPass:
+    """B problems: states (L+1, B, N, d), head weights (B, L, H); ``passes`` (CPU backends: one
+    :class:`ForwardPass` per problem) or ``device`` (GPU backends: the device-resident pass)."""
+
+    states: np.ndarray
+    weights: np.ndarray
+    passes: list[ForwardPass] | None = None
+    device: _DeviceRun | None = None
+
+
+@dataclass
+class BatchAdjointPass:
+    """Adjoints p (L+1, B, N, d) and per-problem gradients (B, L, H, ...) (for shared parameters the
+    gradient of sum_b Loss_b is their sum over b)."""
 
     p: np.ndarray
     grads: dict[str, np.ndarray] = field(default_factory=dict)
@@ -123,8 +195,10 @@ class AttentionTransformer:
     temperature : logits <Q x, K y> / temperature
     residual_scale, head_scale : L -> float, H -> float (defaults 1/L, 1/H)
     backend : "numpy" (reference, docs/theory.md §A.2 adjoint with Lions tensors), "blas" (batched matmul
-        backprop) or "numba" (generated kernels, parallel over tokens)
+        backprop), "numba" (generated kernels, parallel over tokens) or a GPU backend ("numba-cuda",
+        "numba-cuda-sim", "cupy": device-resident passes)
     lions_term : False drops the Lions-derivative term from the adjoint (deliberately wrong model)
+    precision : "float64" (default) or "float32" (numpy, blas and cupy only; ValueError otherwise)
     """
 
     d: int
@@ -136,17 +210,20 @@ class AttentionTransformer:
     head_scale: Callable[[int], float] = inverse_heads
     backend: str = "numpy"
     lions_term: bool = True
+    precision: str = "float64"
 
     def __post_init__(self) -> None:
         resolve_backend(self.backend, LAYER_FLAVOURS, "the attention layer")
         self.layer = attention_layer(self.d, self.d_k, self.d_v, causal=self.causal,
-                                     temperature=float(self.temperature), backend=self.backend)
+                                     temperature=float(self.temperature), backend=self.backend,
+                                     precision=self.precision)
+        self.dtype = self.layer.dtype
 
     # ------------------------------------------------------------------ parameters
     def check_params(self, params: dict[str, Any]) -> tuple[dict[str, np.ndarray], int, int]:
         if not isinstance(params, dict) or set(params) != set(PARAM_NAMES):
             raise ValueError(f"params must be a dict with keys {PARAM_NAMES}")
-        out = {k: np.ascontiguousarray(params[k], dtype=np.float64) for k in PARAM_NAMES}
+        out = {k: np.ascontiguousarray(params[k], dtype=self.dtype) for k in PARAM_NAMES}
         if out["Q"].ndim != 4:
             raise ValueError(f"params['Q'] must have shape (L, H, d_k, d), got {out['Q'].shape}")
         L, H = out["Q"].shape[:2]
@@ -159,23 +236,34 @@ class AttentionTransformer:
         """c_{r,h} (L, H): residual_scale(L) * head_scale(H), or residual_scale(L) * head_weights
         (shape (H,) or (L, H), e.g. the atom weights of nu_t in exact-expectation mode)."""
         if head_weights is None:
-            return np.full((L, H), self.residual_scale(L) * self.head_scale(H))
+            return np.full((L, H), self.residual_scale(L) * self.head_scale(H), dtype=self.dtype)
         w = np.asarray(head_weights, dtype=np.float64)
         if w.shape == (H,):
             w = np.broadcast_to(w, (L, H))
         if w.shape != (L, H) or not np.all(np.isfinite(w)):
             raise ValueError(f"head_weights must have shape ({H},) or ({L}, {H}), got {np.shape(head_weights)}")
-        return np.ascontiguousarray(self.residual_scale(L) * w)
+        return np.ascontiguousarray(self.residual_scale(L) * w, dtype=self.dtype)
+
+    def _tokens(self, X0: Any, name: str, ndim: int) -> np.ndarray:
+        X = np.ascontiguousarray(X0, dtype=self.dtype)
+        want = "(N, d)" if ndim == 2 else "(B, N, d)"
+        if X.ndim != ndim or X.shape[-1] != self.d or min(X.shape) < 1:
+            raise ValueError(f"{name} must have shape {want} with d = {self.d} and B, N >= 1, got {X.shape}")
+        return X
 
     # ------------------------------------------------------------------ passes
     def forward(self, X0: Any, params: dict[str, Any], head_weights: Any = None) -> ForwardPass:
         """States x_0..x_L, shape (L+1, N, d)."""
         params, L, H = self.check_params(params)
-        X = np.asarray(X0, dtype=np.float64)
-        if X.ndim != 2 or X.shape[1] != self.d:
-            raise ValueError(f"X0 must have shape (N, {self.d}), got {X.shape}")
-        c = self.head_weights(L, H, head_weights)
-        states = np.empty((L + 1,) + X.shape)
+        X = self._tokens(X0, "X0", 2)
+        return self._forward(X, params, self.head_weights(L, H, head_weights), L, H)
+
+    def _forward(self, X: np.ndarray, params: dict[str, np.ndarray], c: np.ndarray, L: int, H: int) -> ForwardPass:
+        if self.layer.dev is not None:
+            run = self._device_forward(X[None], params, c[None], 1, L, H)
+            states = self.layer.dev.get(run.states).reshape((L + 1,) + X.shape)
+            return ForwardPass(states, _DeviceCaches(self.layer, run), c, run)
+        states = np.empty((L + 1,) + X.shape, dtype=self.dtype)
         states[0] = X
         caches = []
         for r in range(L):
@@ -188,10 +276,14 @@ class AttentionTransformer:
     def backward(self, fwd: ForwardPass, params: dict[str, Any], p_final: Any) -> AdjointPass:
         """Adjoint recursion from p_L = ``p_final`` (N, d) = dLoss/dx_L; per-head gradients."""
         params, L, H = self.check_params(params)
-        p = np.empty_like(fwd.states)
-        p[L] = np.asarray(p_final, dtype=np.float64)
-        if p[L].shape != fwd.states[L].shape:
+        pL = np.ascontiguousarray(p_final, dtype=self.dtype)
+        if pL.shape != fwd.states[L].shape:
             raise ValueError(f"p_final must have shape {fwd.states[L].shape}, got {np.shape(p_final)}")
+        if fwd.device is not None and self.layer.dev is not None:
+            p, grads = self._device_backward(fwd.device, self._device_params(params), pL[None])
+            return AdjointPass(p[:, 0], {k: g[0] for k, g in grads.items()})
+        p = np.empty_like(fwd.states)
+        p[L] = pL
         grads = {k: np.empty_like(v) for k, v in params.items()}
         for r in range(L - 1, -1, -1):
             xbar, *dtheta = self.layer.vjp(fwd.states[r], params["Q"][r], params["K"][r], params["V"][r],
@@ -212,3 +304,123 @@ class AttentionTransformer:
     def output(self, X0: Any, params: dict[str, Any], head_weights: Any = None) -> np.ndarray:
         """x_L (N, d)."""
         return self.forward(X0, params, head_weights).states[-1]
+
+    # ------------------------------------------------------------------ batches
+    def check_batch_params(self, params: dict[str, Any], B: int) -> tuple[dict[str, np.ndarray], int, int, bool]:
+        """(params, L, H, shared): shared (L, H, ...) or per problem (B, L, H, ...) parameters."""
+        if not isinstance(params, dict) or set(params) != set(PARAM_NAMES):
+            raise ValueError(f"params must be a dict with keys {PARAM_NAMES}")
+        if np.ndim(params["Q"]) != 5:
+            return (*self.check_params(params), True)
+        out = {k: np.ascontiguousarray(params[k], dtype=self.dtype) for k in PARAM_NAMES}
+        L, H = out["Q"].shape[1:3]
+        for k, shape in param_shapes(L, H, self.d, self.d_k, self.d_v).items():
+            if out[k].shape != (B,) + shape:
+                raise ValueError(f"params[{k!r}] must have shape {shape} (shared) or {(B,) + shape} "
+                                 f"(per problem), got {out[k].shape}")
+        return out, L, H, False
+
+    def batch_head_weights(self, B: int, L: int, H: int, head_weights: Any = None) -> np.ndarray:
+        """c (B, L, H): shared head weights (None, (H,) or (L, H): :meth:`head_weights`) or per problem
+        (B, L, H), times residual_scale(L)."""
+        if np.ndim(head_weights) != 3:
+            return np.ascontiguousarray(np.broadcast_to(self.head_weights(L, H, head_weights), (B, L, H)))
+        w = np.asarray(head_weights, dtype=np.float64)
+        if w.shape != (B, L, H) or not np.all(np.isfinite(w)):
+            raise ValueError(f"head_weights must have shape ({H},), ({L}, {H}) or ({B}, {L}, {H}), got {w.shape}")
+        return np.ascontiguousarray(self.residual_scale(L) * w, dtype=self.dtype)
+
+    def forward_batch(self, X0s: Any, params: dict[str, Any], head_weights: Any = None) -> BatchForwardPass:
+        """States (L+1, B, N, d) of B independent problems (tokens X0s (B, N, d))."""
+        X = self._tokens(X0s, "X0s", 3)
+        B = X.shape[0]
+        params, L, H, shared = self.check_batch_params(params, B)
+        c = self.batch_head_weights(B, L, H, head_weights)
+        if self.layer.dev is not None:
+            run = self._device_forward(X, params, c, B, L, H, shared)
+            states = self.layer.dev.get(run.states).reshape((L + 1,) + X.shape)
+            return BatchForwardPass(states, c, device=run)
+        one = (lambda b: params) if shared else (lambda b: {k: v[b] for k, v in params.items()})
+        passes = [self._forward(X[b], one(b), c[b], L, H) for b in range(B)]
+        return BatchForwardPass(np.stack([f.states for f in passes], axis=1), c, passes=passes)
+
+    def backward_batch(self, fwd: BatchForwardPass, params: dict[str, Any], p_final: Any) -> BatchAdjointPass:
+        """Adjoints (L+1, B, N, d) from p_L = ``p_final`` (B, N, d) and per-problem gradients (B, L, H, ...)."""
+        pL = np.ascontiguousarray(p_final, dtype=self.dtype)
+        if pL.shape != fwd.states.shape[1:]:
+            raise ValueError(f"p_final must have shape {fwd.states.shape[1:]}, got {pL.shape}")
+        B = pL.shape[0]
+        params, L, H, shared = self.check_batch_params(params, B)
+        if fwd.device is not None and self.layer.dev is not None:
+            if (1 if shared else B) != fwd.device.PB:  # the kernels would index the other layout
+                raise ValueError("params must be shared ((L, H, ...)) or per problem ((B, L, H, ...)) as in the "
+                                 f"forward pass ({'shared' if fwd.device.PB == 1 else 'per problem'})")
+            return BatchAdjointPass(*self._device_backward(fwd.device, self._device_params(params, shared), pL))
+        assert fwd.passes is not None
+        one = (lambda b: params) if shared else (lambda b: {k: v[b] for k, v in params.items()})
+        adj = [self.backward(fwd.passes[b], one(b), pL[b]) for b in range(B)]
+        return BatchAdjointPass(np.stack([a.p for a in adj], axis=1),
+                                {k: np.stack([a.grads[k] for a in adj]) for k in PARAM_NAMES})
+
+    def loss_and_grad_batch(self, X0s: Any, params: dict[str, Any], losses: Sequence[Any], head_weights: Any = None):
+        """(loss values (B,), per-problem gradients (B, L, H, ...), BatchForwardPass, BatchAdjointPass);
+        ``losses[b]`` is problem b's loss (``value``, ``grad`` of x_L (N, d))."""
+        fwd = self.forward_batch(X0s, params, head_weights)
+        if len(losses) != fwd.states.shape[1]:
+            raise ValueError(f"losses must hold one loss per problem ({fwd.states.shape[1]}), got {len(losses)}")
+        XL = fwd.states[-1]
+        adj = self.backward_batch(fwd, params, np.stack([f.grad(x) for f, x in zip(losses, XL)]))
+        return np.array([float(f.value(x)) for f, x in zip(losses, XL)]), adj.grads, fwd, adj
+
+    # ------------------------------------------------------------------ device-resident passes
+    def _device_params(self, params: dict[str, np.ndarray], shared: bool = True) -> dict[str, Any]:
+        """Parameters on the device as (L, PB H, ...): one copy each (per problem: (B, L, H, ...) -> L-major)."""
+        dev = self.layer.dev
+        assert dev is not None
+        if shared:
+            return {k: dev.put(v) for k, v in params.items()}
+        out = {}
+        for k, v in params.items():  # (B, L, H, r, s) -> (L, B H, r, s): problem-major heads per layer
+            B, L, H = v.shape[:3]
+            out[k] = dev.put(np.ascontiguousarray(v.transpose(1, 0, 2, 3, 4)).reshape((L, B * H) + v.shape[3:]))
+        return out
+
+    def _device_forward(self, X: np.ndarray, params: dict[str, np.ndarray], c: np.ndarray, B: int, L: int, H: int,
+                        shared: bool = True) -> _DeviceRun:
+        """x_{r+1} = x_r + F(x_r) for r < L on the device; X (B, N, d), c (B, L, H); copies in only."""
+        layer, dev = self.layer, self.layer.dev
+        assert dev is not None
+        N, d = X.shape[1], self.d
+        dp = self._device_params(params, shared)
+        dc = dev.put(np.ascontiguousarray(c.transpose(1, 0, 2)).reshape(L, B * H))  # (L, B H)
+        states, OH = dev.empty((L + 1, B * N, d)), dev.empty((B * H, N, d))
+        # x_0: head_sum over zero heads copies BASE into OUT (no host round trip)
+        dev.launch(layer._module, "head_sum", B * N, OH, dev.put(X.reshape(B * N, d)), B, 0, N, states[0])
+        cache = DeviceCache.empty(dev, (L, B * H), N, self.d_k, self.d_v)
+        PB = 1 if shared else B
+        for r in range(L):
+            layer.device_field(states[r], dp["Q"][r], dp["K"][r], dp["V"][r], dp["O"][r], dc[r], B, H, N, PB,
+                               states[r], states[r + 1], cache.layer(r), OH)
+        return _DeviceRun(B, L, H, N, PB, dp, dc, states, cache)
+
+    def _device_backward(self, run: _DeviceRun, dp: dict[str, Any], pL: np.ndarray):
+        """p_r = p_{r+1} + xbar_r and the gradients on the device; pL (B, N, d).  Returns host
+        p (L+1, B, N, d) and gradients {k: (B, L, H, ...)}."""
+        layer, dev = self.layer, self.layer.dev
+        assert dev is not None
+        B, L, H, N, d = run.B, run.L, run.H, run.N, self.d
+        p = dev.empty((L + 1, B * N, d))
+        # copy p_L in: head_sum over zero heads (PARTS is never read, but Numba types it: a 3-D array)
+        dev.launch(layer._module, "head_sum", B * N, p[:1], dev.put(pL.reshape(B * N, d)), B, 0, N, p[L])
+        shapes = param_shapes(L, B * H, d, self.d_k, self.d_v)
+        grads = {k: dev.empty(shapes[k]) for k in PARAM_NAMES}
+        for r in range(L - 1, -1, -1):
+            layer.device_vjp(run.states[r], dp["Q"][r], dp["K"][r], dp["V"][r], dp["O"][r], run.c[r], B, H, N,
+                             run.PB, run.cache.layer(r), p[r + 1], p[r + 1], p[r],
+                             (grads["Q"][r], grads["K"][r], grads["V"][r], grads["O"][r]), lions=self.lions_term)
+        host_p = dev.get(p).reshape(L + 1, B, N, d)
+        out = {}
+        for k in PARAM_NAMES:  # (L, B H, r, s) -> (B, L, H, r, s)
+            g = dev.get(grads[k])
+            out[k] = np.ascontiguousarray(g.reshape((L, B, H) + g.shape[2:]).transpose(1, 0, 2, 3, 4))
+        return host_p, out

@@ -57,6 +57,9 @@ from transformer_limits.numeric.sphere.transformer import (
 )
 from transformer_limits.numeric.attention.kernels import attention_kernels
 from transformer_limits.numeric.kernel_family import ATTENTION, MLP_FIELD
+from transformer_limits.numeric.precision import resolve_precision
+from transformer_limits.numeric.sphere import device_runs
+from transformer_limits.numeric.sphere.device_runs import array_path, simulate_exact, simulate_features
 from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
 
 __all__ = ["CommonNoiseSDE", "psd_sqrt", "coupled_discrete_and_sde", "coupled_width_chains",
@@ -74,7 +77,17 @@ def psd_sqrt(K: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class CommonNoiseSDE:
-    """The limit SDE of docs/theory.md §B.3 with its noise models and projected EM step."""
+    """The limit SDE of docs/theory.md §B.3 with its noise models and projected EM step.
+
+    ``backend``: any of the MLP-field backends.  On the GPU backends (and on numpy at
+    ``precision="float32"``) :meth:`simulate`, :meth:`simulate_batch`, :meth:`simulate_systems` and
+    the two couplings keep the state on the device for the whole run
+    (``transformer_limits.numeric.sphere.device_runs``, :attr:`device_resident`); ``numba-cuda``
+    without CuPy has no device array arithmetic and runs the host loops (per-call kernel copies).
+    ``precision``: ``float64`` (default) or ``float32`` (numpy, cupy: the runs above return float32;
+    the other methods compute in float64); the Numba backends are float64-only (ValueError naming
+    precision).
+    """
 
     d: int
     activation: str = "relu"
@@ -87,6 +100,7 @@ class CommonNoiseSDE:
     V: np.ndarray | None = field(default=None, compare=False)
     ito_drift: bool = True
     backend: str = "numpy"
+    precision: str = "float64"
 
     def __post_init__(self):
         if not isinstance(self.d, (int, np.integer)) or self.d < 2:
@@ -94,14 +108,23 @@ class CommonNoiseSDE:
         if self.sigma_u < 0 or self.sigma_w < 0:
             raise ValueError(f"sigma_u and sigma_w must be >= 0, got {self.sigma_u!r}, {self.sigma_w!r}")
         MLP_FIELD.resolve(self.backend)  # ValueError naming the backends of the MLP-field kernels
+        resolve_precision(self.precision, self.backend)  # ValueError naming precision
         set_attention_matrices(self)
+
+    @property
+    def device_resident(self) -> bool:
+        """Whether :meth:`simulate` and :meth:`simulate_systems` run on the array path of
+        ``transformer_limits.numeric.sphere.device_runs`` (state on the device for the whole run;
+        float32 NumPy); False on numpy / numba in float64 and on ``numba-cuda`` without CuPy, which
+        run the host loops below (the GPU kernels then copy per call)."""
+        return array_path(self.backend, self.precision)
 
     @classmethod
     def from_model(cls, model: SphereTransformer, **overrides) -> "CommonNoiseSDE":
         """The limit SDE of a discrete :class:`SphereTransformer` (same φ, σ's, attention)."""
         kw: dict[str, Any] = dict(d=model.d, activation=model.activation, sigma_u=model.sigma_u, sigma_w=model.sigma_w,
                   attention=model.attention, beta=model.beta, Q=model.Q, K=model.K, V=model.V,
-                  backend=model.backend)
+                  backend=model.backend, precision=model.precision)
         kw.update(overrides)
         return cls(**kw)
 
@@ -170,7 +193,16 @@ class CommonNoiseSDE:
     # ------------------------------------------------------------------ runs
     def simulate(self, X0: np.ndarray, T: float, n_steps: int, seed: int | np.random.Generator = 0,
                  *, renormalise: bool = True) -> np.ndarray:
-        """Trajectory (n_steps+1, N, d) with exact-in-law increments, h = T/n_steps."""
+        """Trajectory (n_steps+1, N, d) with exact-in-law increments, h = T/n_steps.
+
+        Z (N, d) per step from ``seed`` in the same order on every backend; dtype of ``precision``.
+        On the array path (:attr:`device_resident`) K(X) is the generated zonal kernel and its root
+        ``xp.linalg.eigh`` on the device, Z uploaded in chunks of steps, the path copied back once.
+        """
+        if self.device_resident:
+            X0 = np.asarray(X0, dtype=np.float64)
+            return simulate_exact(self, attention_scale(self.attention), X0[None], T, n_steps, [seed],
+                                  renormalise)[0]
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         X = layer_norm(np.asarray(X0, dtype=np.float64))
         h = T / n_steps
@@ -182,6 +214,25 @@ class CommonNoiseSDE:
             out[n + 1] = X
         return out
 
+    def simulate_batch(self, X0s: np.ndarray, T: float, n_steps: int, seeds, *,
+                       renormalise: bool = True) -> np.ndarray:
+        """B independent runs of :meth:`simulate` (own initial condition, own noise), shape
+        (B, n_steps+1, N, d): ``out[b] == simulate(X0s[b], T, n_steps, seeds[b])`` up to round-off.
+
+        X0s (B, N, d) (equal N); ``seeds`` one int or Generator per run.  On the array path
+        (:attr:`device_resident`) all runs advance together: one zonal-kernel launch, one batched
+        eigh and one batched attention per step for the whole batch; else a loop of :meth:`simulate`.
+        """
+        X0s = np.asarray(X0s, dtype=np.float64)
+        if X0s.ndim != 3 or X0s.shape[2] != self.d:
+            raise ValueError(f"X0s must have shape (B, N, {self.d}), got {X0s.shape}")
+        seeds = list(seeds)
+        if len(seeds) != X0s.shape[0]:
+            raise ValueError(f"seeds must give one seed per run ({X0s.shape[0]}), got {len(seeds)}")
+        if self.device_resident:
+            return simulate_exact(self, attention_scale(self.attention), X0s, T, n_steps, seeds, renormalise)
+        return np.stack([self.simulate(X, T, n_steps, s, renormalise=renormalise) for X, s in zip(X0s, seeds)])
+
     def sample_features(self, m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """First layer (U (m, d), b_U (m,)) of a width-m MLP."""
         return rng.standard_normal((m, self.d)), self.sigma_u * rng.standard_normal(m)
@@ -190,7 +241,16 @@ class CommonNoiseSDE:
                          seed: int | np.random.Generator = 0, eval_steps=None) -> list[np.ndarray]:
         """Several particle systems driven by the SAME common noise (random-feature field with m
         fresh features per step); attention acts within each system.  Returns, per system, the
-        positions at ``eval_steps`` (default: all), shape (n_eval, N_s, d)."""
+        positions at ``eval_steps`` (default: all), shape (n_eval, N_s, d), dtype of ``precision``.
+
+        On the array path (:attr:`device_resident`) the systems' tokens are concatenated so that the
+        features of all systems are one launch per step (attention per system, batched when all N_s
+        are equal), the draws are the host loop's, uploaded in chunks, and only the ``eval_steps``
+        positions come back, once (``transformer_limits.numeric.sphere.device_runs.simulate_features``).
+        """
+        if self.device_resident:
+            return simulate_features(self, attention_scale(self.attention), systems, T, n_steps, m, seed,
+                                     eval_steps)
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         h = T / n_steps
         Xs = [layer_norm(np.asarray(X, dtype=np.float64)) for X in systems]
@@ -207,6 +267,12 @@ class CommonNoiseSDE:
 
 
 # ---------------------------------------------------------------------------------------- couplings
+def _coupled_on_device(model: SphereTransformer, sde: CommonNoiseSDE) -> bool:
+    """The couplings take the array path (``transformer_limits.numeric.sphere.device_runs``) when
+    the SDE does and the model has the same backend and precision; else the host loops."""
+    return sde.device_resident and (model.backend, model.precision) == (sde.backend, sde.precision)
+
+
 def coupled_discrete_and_sde(model: SphereTransformer, sde: CommonNoiseSDE, X0: np.ndarray, substeps: int,
                              seed: int | np.random.Generator = 0, *,
                              renormalise: bool = True) -> tuple[np.ndarray, np.ndarray, float]:
@@ -219,6 +285,9 @@ def coupled_discrete_and_sde(model: SphereTransformer, sde: CommonNoiseSDE, X0: 
     """
     if substeps < 1:
         raise ValueError(f"substeps must be >= 1, got {substeps}")
+    if _coupled_on_device(model, sde):
+        scales = (attention_scale(model.attention), attention_scale(sde.attention))
+        return device_runs.coupled_discrete_and_sde(model, sde, scales, X0, substeps, seed, renormalise)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     X = Xbar = layer_norm(np.asarray(X0, dtype=np.float64))
     dt, m, d = model.dt, model.m, model.d
@@ -249,6 +318,8 @@ def coupled_width_chains(model: SphereTransformer, sde: CommonNoiseSDE, X0: np.n
     K^m = Φ(Y)Φ(Y)^T/m + σ_W² (equal in law, given (U, b_U), to the literal MLP at the N tokens);
     m = ∞: X' = LN(Y + √Δt K(Y)^{1/2} Z).  Returns the two final states, each (N, d).
     """
+    if _coupled_on_device(model, sde):
+        return device_runs.coupled_width_chains(model, sde, attention_scale(model.attention), X0, seed)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     Xm = Xinf = layer_norm(np.asarray(X0, dtype=np.float64))
     root = np.sqrt(model.dt)

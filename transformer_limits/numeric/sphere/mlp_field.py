@@ -3,8 +3,11 @@
 ``mlp_field_kernels(activation, backend)`` loads the kernels of the kernel family
 :data:`transformer_limits.numeric.kernel_family.MLP_FIELD` from the kernel cache (SymPy is imported
 only on a cache miss) for the ``numpy`` (reference), ``numba``, ``numba-cuda`` / ``numba-cuda-sim``
-(``numba.cuda.jit``) or ``cupy`` (CUDA C) backend; every backend takes and returns host (NumPy)
-arrays (the CUDA runners copy the inputs to the device and the result back, per call)::
+(``numba.cuda.jit``) or ``cupy`` (CUDA C) backend.  Every backend takes and returns host (NumPy)
+arrays (the CUDA runners copy the inputs to the device and the result back, per call, through
+:class:`transformer_limits.numeric.device_arrays.DeviceArrays`); with ``device=True`` (or a device
+``coef`` for the kernel matrix) the GPU backends take and return device arrays instead, without
+copies, so that a simulator can keep its state on the device::
 
     features(Y, U, b_U)            Φ_ik = φ(⟨u_k, y_i⟩/√d + (b_U)_k)        (N, m)
     mlp_field(Y, U, b_U, W, b_W)   G^m(y_i) = (1/√m) W Φ_i + b_W             (N, d)
@@ -20,10 +23,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from math import factorial
+from typing import Any
 
 import numpy as np
 
+from transformer_limits.numeric.device_arrays import DTYPES, DeviceArrays
 from transformer_limits.numeric.kernel_family import MLP_FIELD, load_source
+from transformer_limits.numeric.precision import resolve_precision
 from transformer_limits.resource_limits import check_memory
 
 __all__ = ["MLPFieldKernels", "mlp_field_kernels", "mehler_coefficients", "mehler_tail",
@@ -34,12 +40,7 @@ __all__ = ["MLPFieldKernels", "mlp_field_kernels", "mehler_coefficients", "mehle
 MLP_BACKENDS = MLP_FIELD.backends()
 _MEHLER_TERMS = 40
 _QUAD_NODES = 160
-_BLOCK_2D = (16, 16)  # CUDA flavours: one thread per output entry (i, k | a | j), 16 x 16 blocks
-
-
-def _grid_2d(rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    tx, ty = _BLOCK_2D
-    return ((rows + tx - 1) // tx, (cols + ty - 1) // ty), _BLOCK_2D
+_GPU_FLAVOURS = ("python-cuda", "cuda-c")
 
 
 @lru_cache(maxsize=None)
@@ -49,14 +50,21 @@ def _gauss_hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class MLPFieldKernels:
-    """Generated MLP-field kernels for one activation on one backend (any of ``MLP_BACKENDS``)."""
+    """Generated MLP-field kernels for one activation on one backend (any of ``MLP_BACKENDS``) at
+    ``precision`` (``float64``; ``float32`` on ``numpy`` and ``cupy`` only: the Numba flavours are
+    float64-only, ValueError naming precision)."""
 
-    def __init__(self, activation: str, backend: str = "numpy"):
+    def __init__(self, activation: str, backend: str = "numpy", precision: str = "float64"):
         self.flavour = MLP_FIELD.resolve(backend).flavour
-        self.activation, self.backend = activation, backend
+        resolve_precision(precision, backend)  # ValueError naming precision (Numba: float64 only)
+        self.activation, self.backend, self.precision = activation, backend, precision
+        self.dtype = DTYPES[precision]
         self.source_path = MLP_FIELD.source_path(self.flavour, activation=activation)
-        self._module = load_source(self.source_path, self.flavour)  # resolved and looked up once, above
+        # resolved and looked up once, above; cuda-c is compiled for the precision's `real`
+        self._module = load_source(self.source_path, self.flavour, precision)
         self._numpy = self._module if self.flavour == "python-numpy" else None
+        #: device arrays and launches of a GPU flavour (None on numpy / numba)
+        self.arrays = DeviceArrays(backend, precision) if self.flavour in _GPU_FLAVOURS else None
 
     def _reference(self):
         if self._numpy is None:
@@ -67,21 +75,42 @@ class MLPFieldKernels:
         """φ elementwise (NumPy flavour of the generated expression)."""
         return self._reference().phi(np.asarray(z, dtype=np.float64))
 
-    def features(self, Y, U, b_U) -> np.ndarray:
-        """Φ (N, m) with Φ_ik = φ(⟨u_k, y_i⟩/√d + (b_U)_k)."""
-        Y, U, b_U = (np.ascontiguousarray(a, dtype=np.float64) for a in (Y, U, b_U))
-        return self._RUNNERS[self.flavour](self, "features", (Y.shape[0], U.shape[0]), Y, U, b_U)
+    def _host(self, *arrays) -> list[np.ndarray]:
+        return [np.ascontiguousarray(a, dtype=self.dtype) for a in arrays]
 
-    def mlp_field(self, Y, U, b_U, W, b_W) -> np.ndarray:
-        """G^m(y_i) = (1/√m) W φ(U y_i/√d + b_U) + b_W, shape (N, d)."""
-        Y, U, b_U, W, b_W = (np.ascontiguousarray(a, dtype=np.float64) for a in (Y, U, b_U, W, b_W))
+    def features(self, Y, U, b_U, *, device: bool = False) -> Any:
+        """Φ (N, m) with Φ_ik = φ(⟨u_k, y_i⟩/√d + (b_U)_k).
+
+        ``device=True``: the arguments are device arrays of :attr:`arrays` (NumPy arrays of the
+        precision's dtype on ``numpy``) and so is the result; nothing is copied."""
+        if not device:
+            Y, U, b_U = self._host(Y, U, b_U)
+        return self._call("features", (Y.shape[0], U.shape[0]), (Y, U, b_U), device)
+
+    def mlp_field(self, Y, U, b_U, W, b_W, *, device: bool = False) -> Any:
+        """G^m(y_i) = (1/√m) W φ(U y_i/√d + b_U) + b_W, shape (N, d) (``device``: as in :meth:`features`)."""
+        if not device:
+            Y, U, b_U, W, b_W = self._host(Y, U, b_U, W, b_W)
         if U.shape[1] != Y.shape[1] or W.shape != (Y.shape[1], U.shape[0]) or b_U.shape != (U.shape[0],) \
                 or b_W.shape != (Y.shape[1],):
             raise ValueError(f"inconsistent shapes Y {Y.shape}, U {U.shape}, b_U {b_U.shape}, "
                              f"W {W.shape}, b_W {b_W.shape}")
-        return self._RUNNERS[self.flavour](self, "mlp_field", Y.shape, Y, U, b_U, W, b_W)
+        return self._call("mlp_field", Y.shape, (Y, U, b_U, W, b_W), device)
 
-    # ------------------------------------------------------------------ runners (host arrays in and out)
+    def _call(self, kind: str, shape: tuple[int, ...], args: tuple, device: bool) -> Any:
+        """Run ``kind`` on the flavour; GPU flavours copy host arguments in and the result out
+        unless ``device`` (then arguments and result stay device arrays)."""
+        if device and self.flavour == "python-numba":
+            raise ValueError("device=True needs a GPU backend or numpy, not numba")
+        if self.arrays is None:
+            return self._RUNNERS[self.flavour](self, kind, shape, *args)
+        if not device:
+            args = tuple(self.arrays.put(a) if isinstance(a, np.ndarray) else a for a in args)
+        out = self._RUNNERS[self.flavour](self, kind, shape, *args)
+        return out if device else self.arrays.get(out)
+
+    # ------------------------------------------------------------------ runners
+    # numpy / numba: host arrays in and out; numba-cuda / cupy: device arrays in and out
     def _run_numpy(self, kind, shape, *args):
         return getattr(self._module, "zonal_kernel_matrix" if kind == "zonal" else kind)(*args)
 
@@ -90,63 +119,46 @@ class MLPFieldKernels:
         getattr(self._module, "zonal_kernel_matrix" if kind == "zonal" else kind)(*args, out)
         return out
 
-    def _run_numba_cuda(self, kind, shape, *args):
-        from numba import cuda
-
-        m = self._module
-        if 0 in shape:
-            return np.empty(shape)
-        dev = [cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
-        out = cuda.device_array(shape)
+    def _run_gpu(self, kind, shape, *args):
+        """One thread per output entry; ``cuda-c`` kernels take the sizes after the arrays."""
+        dev, m = self.arrays, self._module
+        assert dev is not None
+        c = self.flavour == "cuda-c"
+        out = dev.empty(shape)
         if kind == "zonal":  # X, d, sigma_u, sigma_w, coef
-            m.zonal_kernel_matrix[_grid_2d(*shape)](*dev, out)
-            return out.copy_to_host()
-        Y, U, b_U = dev[:3]
-        H = out if kind == "features" else cuda.device_array((shape[0], args[1].shape[0]))
-        m.features[_grid_2d(*H.shape)](Y, U, b_U, H)
-        if kind == "mlp_field":
-            m.mlp_field_from_features[_grid_2d(*shape)](H, dev[3], dev[4], out)
-        return out.copy_to_host()
-
-    def _run_cupy(self, kind, shape, *args):  # pragma: no cover - needs a GPU
-        import cupy as cp
-
-        f = self._module.get_function
-        if 0 in shape:
-            return np.empty(shape)
-        out = cp.empty(shape)
-        if kind == "zonal":
             X, d, sigma_u, sigma_w, coef = args
-            grid, block = _grid_2d(*shape)
-            f("zonal_kernel_matrix")(grid, block, (cp.asarray(X), np.float64(d), np.float64(sigma_u),
-                                                   np.float64(sigma_w), cp.asarray(coef), np.int64(coef.shape[0]),
-                                                   out, np.int64(X.shape[0]), np.int64(X.shape[1])))
-            return cp.asnumpy(out)
-        N, D, n_feat = args[0].shape[0], args[0].shape[1], args[1].shape[0]
-        dev = [cp.asarray(a) for a in args]
-        H = out if kind == "features" else cp.empty((N, n_feat))
-        grid, block = _grid_2d(N, n_feat)
-        sizes = (np.int64(N), np.int64(n_feat), np.int64(D))
-        f("features")(grid, block, (*dev[:3], H, *sizes))
+            tail = (coef.shape[0], out, X.shape[0], X.shape[1]) if c else (coef, out)
+            dev.launch(m, "zonal_kernel_matrix", shape[0] * shape[1], X, float(d), float(sigma_u),
+                       float(sigma_w), *tail)
+            return out
+        Y, U, b_U = args[:3]
+        N, D, n_feat = Y.shape[0], Y.shape[1], U.shape[0]
+        sizes = (N, n_feat, D) if c else ()
+        H = out if kind == "features" else dev.empty((N, n_feat))
+        dev.launch(m, "features", N * n_feat, Y, U, b_U, H, *sizes)
         if kind == "mlp_field":
-            grid, block = _grid_2d(N, D)
-            f("mlp_field_from_features")(grid, block, (H, dev[3], dev[4], out, *sizes))
-        return cp.asnumpy(out)
+            dev.launch(m, "mlp_field_from_features", N * D, H, args[3], args[4], out, *sizes)
+        return out
 
-    #: how each generated flavour is called: runner(self, kind, output shape, *host arrays) with kind
+    #: how each generated flavour is called: runner(self, kind, output shape, *arrays) with kind
     #: ``features`` | ``mlp_field`` | ``zonal`` (arguments of ``zonal_kernel_matrix``)
-    _RUNNERS = {"python-numpy": _run_numpy, "python-numba": _run_numba, "python-cuda": _run_numba_cuda,
-                "cuda-c": _run_cupy}
+    _RUNNERS = {"python-numpy": _run_numpy, "python-numba": _run_numba, "python-cuda": _run_gpu,
+                "cuda-c": _run_gpu}
 
     def mehler(self, d: int, sigma_u: float) -> np.ndarray:
         return mehler_coefficients(self.activation, d, sigma_u)
 
-    def kernel_matrix(self, X, sigma_u: float, sigma_w: float, Y=None) -> np.ndarray:
+    def kernel_matrix(self, X, sigma_u: float, sigma_w: float, Y=None, *, coef=None) -> Any:
         """k(⟨x_i, x_j⟩) for tokens X (N, d) on the sphere, shape (N, N) (symmetric PSD).
 
         With ``Y`` (M, d) the cross matrix k(⟨x_i, y_j⟩) (N, M) is returned (NumPy path).
+        With ``coef`` (the Mehler coefficients as a device array, :meth:`device_coefficients`) X is a
+        device array and so is the result (no copies; as ``device=True`` of :meth:`features`).
         """
-        X = np.ascontiguousarray(X, dtype=np.float64)
+        if coef is not None:
+            n = X.shape[0]
+            return self._call("zonal", (n, n), (X, float(X.shape[1]), float(sigma_u), float(sigma_w), coef), True)
+        X = np.ascontiguousarray(X, dtype=self.dtype)
         if X.ndim != 2:
             raise ValueError(f"X must be an (N, d) array, got shape {X.shape}")
         d = X.shape[1]
@@ -157,8 +169,15 @@ class MLPFieldKernels:
         if Y is not None:
             return _cross_kernel(self._reference(), X, np.asarray(Y, dtype=np.float64), d, sigma_u,
                                  sigma_w, coef)
-        return self._RUNNERS[self.flavour](self, "zonal", (X.shape[0], X.shape[0]), X, float(d), float(sigma_u),
-                                           float(sigma_w), np.ascontiguousarray(coef))
+        return self._call("zonal", (X.shape[0], X.shape[0]),
+                          (X, float(d), float(sigma_u), float(sigma_w), np.ascontiguousarray(coef, dtype=self.dtype)),
+                          False)
+
+    def device_coefficients(self, d: int, sigma_u: float) -> Any:
+        """The ``coef`` argument of a device :meth:`kernel_matrix` (one copy to the device; a
+        one-entry dummy for ReLU, whose k is closed-form)."""
+        coef = np.zeros(1) if self.activation == "relu" else self.mehler(d, sigma_u)
+        return np.asarray(coef, dtype=self.dtype) if self.arrays is None else self.arrays.put(coef)
 
     def k1(self, d: int, sigma_u: float, sigma_w: float) -> float:
         """k(1) = E[φ(sZ)²] + σ_W² (one point on the sphere)."""
@@ -196,6 +215,8 @@ def mehler_tail(activation: str, d: int, sigma_u: float) -> float:
 
 
 @lru_cache(maxsize=32)
-def mlp_field_kernels(activation: str = "relu", backend: str = "numpy") -> MLPFieldKernels:
-    """Cached :class:`MLPFieldKernels` for (activation, backend)."""
-    return MLPFieldKernels(activation, backend)
+def mlp_field_kernels(activation: str = "relu", backend: str = "numpy",
+                      precision: str = "float64") -> MLPFieldKernels:
+    """Cached :class:`MLPFieldKernels` for (activation, backend, precision)."""
+    return MLPFieldKernels(activation, backend, precision)
+

@@ -14,6 +14,9 @@ generated kernels of :mod:`transformer_limits.numeric.sphere.mlp_field` (``backe
 ``MLP_BACKENDS``, numpy, numba and the CUDA ones), the
 attention those of :mod:`transformer_limits.numeric.attention.kernels`.
 
+``precision`` (``float64`` | ``float32``; float32 on numpy and cupy only) and the GPU backends: see
+:meth:`SphereTransformer.run`, which keeps the state on the device for the whole forward pass.
+
 ``alpha2_power`` exists to build deliberately wrong models (α_2 = (T/L)^1 has no diffusive limit).
 """
 
@@ -25,6 +28,8 @@ import numpy as np
 
 from transformer_limits.numeric.attention.kernels import attention_kernels
 from transformer_limits.numeric.kernel_family import ATTENTION, MLP_FIELD
+from transformer_limits.numeric.precision import resolve_precision
+from transformer_limits.numeric.sphere.device_runs import array_path, transformer_run
 from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
 
 __all__ = ["SphereTransformer", "MLPLayer", "layer_norm", "project_tangent", "uniform_sphere",
@@ -103,6 +108,7 @@ class SphereTransformer:
     V: np.ndarray | None = field(default=None, compare=False)
     backend: str = "numpy"
     alpha2_power: float = 0.5
+    precision: str = "float64"
 
     def __post_init__(self):
         for name in ("d", "m", "L"):
@@ -115,7 +121,14 @@ class SphereTransformer:
         if self.sigma_u < 0 or self.sigma_w < 0:
             raise ValueError(f"sigma_u and sigma_w must be >= 0, got {self.sigma_u!r}, {self.sigma_w!r}")
         MLP_FIELD.resolve(self.backend)  # ValueError naming the backends of the MLP-field kernels
+        resolve_precision(self.precision, self.backend)  # ValueError naming precision
         set_attention_matrices(self)
+
+    @property
+    def device_resident(self) -> bool:
+        """Whether :meth:`run` takes the array path of ``transformer_limits.numeric.sphere.device_runs``
+        (GPU backends with array arithmetic: the state stays on the device; numpy in float32)."""
+        return array_path(self.backend, self.precision)
 
     # ------------------------------------------------------------------ scalings
     @property
@@ -168,10 +181,15 @@ class SphereTransformer:
 
     # ------------------------------------------------------------------ runs
     def run(self, X0: np.ndarray, seed: int | np.random.Generator = 0) -> np.ndarray:
-        """Trajectory X_0, …, X_L, shape (L+1, N, d); MLPs drawn from ``default_rng(seed)``."""
-        X = layer_norm(np.asarray(X0, dtype=np.float64))
-        if X.ndim != 2 or X.shape[1] != self.d:
+        """Trajectory X_0, …, X_L, shape (L+1, N, d) (dtype of ``precision``); MLPs drawn from
+        ``default_rng(seed)`` in the same order on every backend.  On the array path
+        (:attr:`device_resident`) the positions stay device arrays, the MLPs are uploaded in chunks of
+        layers and the trajectory comes back once."""
+        if np.ndim(X0) != 2 or np.shape(X0)[1] != self.d:
             raise ValueError(f"X0 must have shape (N, {self.d}), got {np.shape(X0)}")
+        if self.device_resident:
+            return transformer_run(self, attention_scale(self.attention), X0, seed)
+        X = layer_norm(np.asarray(X0, dtype=np.float64))
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         out = np.empty((self.L + 1, *X.shape))
         out[0] = X

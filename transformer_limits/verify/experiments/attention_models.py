@@ -98,10 +98,13 @@ class PaperAModels:
         # settings["backend"]: "blas" (default) is fastest for a few tokens; the generated "numba"
         # kernels win from N ~ 64 on (25x at N = 1024, where BLAS's (N, N) per-head arrays spill)
         backend = s.get("backend", "blas")
-        self.exact = AttentionTransformer(*dims, backend=backend)
-        self.iid = AttentionTransformer(*dims, backend=backend, head_scale=self.head_scale)
+        # settings["precision"] (float32: numpy / blas / cupy) is the discrete models'; the mean-field
+        # limit is the reference the experiments compare with and stays float64
+        precision = s.get("precision", "float64")
+        self.exact = AttentionTransformer(*dims, backend=backend, precision=precision)
+        self.iid = AttentionTransformer(*dims, backend=backend, head_scale=self.head_scale, precision=precision)
         cls = AttentionTransformer if self.lions_sign > 0 else FlippedLionsTransformer
-        self.trainer = cls(*dims, backend=backend)
+        self.trainer = cls(*dims, backend=backend, precision=precision)
         self.mf = MeanFieldLimit(*dims, backend=backend)
 
     def law(self, seed: int) -> HeadLaw:

@@ -30,7 +30,7 @@ from transformer_limits.numeric.kernel_family import MLP_FIELD
 from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE
 from transformer_limits.numeric.sphere.transformer import uniform_sphere
 from transformer_limits.verify.check_spec import CheckSpec
-from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, PrecisionError
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.running import device_backend, jsonable_settings, run_points
 from transformer_limits.verify.stats.power_law import fit_power_law
@@ -65,20 +65,21 @@ def chaos_row(s: dict[str, Any], d: int, seed: int, j: int) -> list[float]:
     """sup_t W_2²(μ^N_t, μ^{N_ref}_t) at every N level for seed j (one common-noise path for all systems;
     ``s["independent_noise"]`` gives the reference its own path: the wrong-model control)."""
     sde = CommonNoiseSDE(d, s["activation"], s["sigma_u"], s["sigma_w"], attention="attractive", beta=s["beta"],
-                         backend=s.get("backend", "numpy"))
+                         backend=s.get("backend", "numpy"), precision=s.get("precision", "float64"))
     eval_steps = np.linspace(0, s["n_steps"], s["n_eval"]).round().astype(int)
     rng = np.random.default_rng([seed, d, j])
     systems = [uniform_sphere(s["N_ref"], d, rng)] + [uniform_sphere(n, d, rng) for n in s["N_levels"]]
     if s.get("independent_noise", False):
         # the deliberately wrong control: the reference feels a noise path of its own, so μ^N_t does
         # not approach μ_t (conditional on the common noise) and the error stops falling with N
-        ref = sde.simulate_systems(systems[:1], s["T"], s["n_steps"], s["features"],
+        own = sde.simulate_systems(systems[:1], s["T"], s["n_steps"], s["features"],
                                    np.random.default_rng([seed, d, j, 1]), eval_steps=eval_steps)[0]
-        traj = [ref] + sde.simulate_systems(systems[1:], s["T"], s["n_steps"], s["features"], rng,
+        traj = [own] + sde.simulate_systems(systems[1:], s["T"], s["n_steps"], s["features"], rng,
                                             eval_steps=eval_steps)
     else:
         traj = sde.simulate_systems(systems, s["T"], s["n_steps"], s["features"], rng, eval_steps=eval_steps)
-        ref = traj[0]
+    traj = [np.asarray(tr, dtype=np.float64) for tr in traj]  # W_2 (POT) in float64 whatever the run's precision
+    ref = traj[0]
     return [max(wasserstein2_squared(tr[k], ref[k]) for k in range(len(eval_steps))) for tr in traj[1:]]
 
 
@@ -109,11 +110,39 @@ def chaos_errors_sweep(config: ExperimentConfig, s: dict[str, Any]) -> tuple[dic
     return out, seconds
 
 
+def _runtime_settings(config: ExperimentConfig, independent_noise: bool = False) -> dict[str, Any]:
+    """The profile's settings with the backend of the MLP-field kernels on ``config.device`` (cpu in
+    float64: the settings' numba) and the precision; a float64 run's settings are the profile's exactly
+    (sweep points and stores keep their keys)."""
+    s = dict(SETTINGS[config.profile], **({"independent_noise": True} if independent_noise else {}))
+    s["backend"] = device_backend(config, MLP_FIELD, s["backend"])
+    if config.precision != "float64":
+        s["precision"] = config.precision
+    return s
+
+
+def precision_probe(config: ExperimentConfig) -> PrecisionError:
+    """Positions at T of the largest N-level system and the reference (d = dims[0], seed j = 0, one common
+    noise): the run's float32 backend against float64 NumPy."""
+    s = _runtime_settings(config)
+    d, n = s["dims"][0], s["N_levels"][-1]
+
+    def positions(settings: dict[str, Any]) -> np.ndarray:
+        sde = CommonNoiseSDE(d, s["activation"], s["sigma_u"], s["sigma_w"], attention="attractive",
+                             beta=s["beta"], backend=settings["backend"], precision=settings.get("precision", "float64"))
+        rng = np.random.default_rng([config.seed, d, 0])
+        systems = [uniform_sphere(s["N_ref"], d, rng), uniform_sphere(n, d, rng)]
+        out = sde.simulate_systems(systems, s["T"], s["n_steps"], s["features"], rng, eval_steps=[s["n_steps"]])
+        return np.concatenate([np.asarray(o[-1], dtype=np.float64) for o in out])
+
+    return PrecisionError.between(f"positions at T of the N = {n} and N_ref = {s['N_ref']} systems (d = {d})",
+                                  positions(s), positions(dict(s, backend="numpy", precision="float64")))
+
+
 def run(config: ExperimentConfig, *, independent_noise: bool = False) -> ExperimentResult:
     """Run the experiment; ``independent_noise=True`` is the deliberately wrong control (the
     reference system driven by a noise path of its own: no propagation of chaos)."""
-    s = dict(SETTINGS[config.profile], **({"independent_noise": True} if independent_noise else {}))
-    s["backend"] = device_backend(config, MLP_FIELD, s["backend"])  # cpu: the settings' backend
+    s = _runtime_settings(config, independent_noise)
     result = ExperimentResult(experiment="propagation-of-chaos", profile=config.profile)
     N = np.array(s["N_levels"])
     alpha = EXPONENT_N.required_alpha
@@ -155,4 +184,6 @@ register_experiment(Experiment(
     run=run,
     budget_s={"quick": 20.0, "full": 720.0},
     settings=SETTINGS,
+    precisions=("float64", "float32"),
+    precision_probe=precision_probe,
 ))

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from transformer_limits.numeric.kernel_family import MLP_FIELD
 from transformer_limits.numeric.sphere.common_noise_sde import (
     CommonNoiseSDE,
     coupled_discrete_and_sde,
@@ -35,6 +36,7 @@ from transformer_limits.numeric.sphere.transformer import SphereTransformer, uni
 from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
 from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.running import device_backend
 from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
 from transformer_limits.verify.verdicts import exponent_equals
@@ -57,7 +59,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 def _model(s: dict[str, Any], L: int, m: int, **overrides) -> SphereTransformer:
     kw = dict(d=s["d"], m=m, L=L, T=s["T"], activation=s["activation"], sigma_u=s["sigma_u"],
-              sigma_w=s["sigma_w"], attention=s["attention"])
+              sigma_w=s["sigma_w"], attention=s["attention"], backend=s.get("backend", "numpy"))
     kw.update(overrides)
     return SphereTransformer(**kw)
 
@@ -101,7 +103,9 @@ def _table(name: str, levels, errors: np.ndarray) -> list[dict[str, Any]]:
 
 
 def run(config: ExperimentConfig) -> ExperimentResult:
-    s = SETTINGS[config.profile]
+    # the MLP-field backend on config.device (numpy on cpu: the run as it always was); the couplings
+    # stay on the device when model and SDE share a GPU backend
+    s = dict(SETTINGS[config.profile], backend=device_backend(config, MLP_FIELD, "numpy"))
     t0 = time.perf_counter()
     grid, sup = depth_errors(s, config.seed)
     t_L = time.perf_counter() - t0

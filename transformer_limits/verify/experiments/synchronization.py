@@ -30,12 +30,14 @@ from typing import Any
 import numpy as np
 
 import transformer_limits
+from transformer_limits.numeric.kernel_family import MLP_FIELD
 from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE
 from transformer_limits.numeric.sphere.transformer import interaction_energy, uniform_sphere
 from transformer_limits.verify.check_spec import CheckSpec
-from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, Figure
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, Figure, PrecisionError
 from transformer_limits.verify.figures import figure_png
 from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.running import device_backend
 from transformer_limits.verify.stats.power_law import PowerLawFit, fit_power_law
 from transformer_limits.verify.verdicts import Check, rate_at_least
 
@@ -60,16 +62,39 @@ def lyapunov_values(s: dict[str, Any], d: int) -> dict[str, Any]:
                                          sigma_w=s["sigma_w"], beta=s["beta"]).values
 
 
-def energy_samples(s: dict[str, Any], d: int, attention: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(times (n_eval,), E_β(μ^N_t) samples (n_eval, seeds))."""
-    sde = CommonNoiseSDE(d, s["activation"], s["sigma_u"], s["sigma_w"], attention=attention, beta=s["beta"])
+def energy_samples(s: dict[str, Any], d: int, attention: str, seed: int,
+                   seeds: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(times (n_eval,), E_β(μ^N_t) samples (n_eval, seeds)): the runs j = 0 .. seeds−1 (default
+    ``s["seeds"]``), each from its own generator ``[seed, d, j]`` (initial tokens, then the noise), all
+    in one :meth:`~CommonNoiseSDE.simulate_batch` (one launch per step for all runs on a GPU backend)
+    on ``s["backend"]`` (default numpy) in ``s["precision"]`` (default float64); E_β in float64."""
+    sde = CommonNoiseSDE(d, s["activation"], s["sigma_u"], s["sigma_w"], attention=attention, beta=s["beta"],
+                         backend=s.get("backend", "numpy"), precision=s.get("precision", "float64"))
     idx = np.linspace(0, s["n_steps"], s["n_eval"]).round().astype(int)
-    out = np.empty((s["n_eval"], s["seeds"]))
-    for j in range(s["seeds"]):
-        rng = np.random.default_rng([seed, d, j])
-        traj = sde.simulate(uniform_sphere(s["N"], d, rng), s["T"], s["n_steps"], rng)
-        out[:, j] = [interaction_energy(traj[k], s["beta"]) for k in idx]
+    rngs = [np.random.default_rng([seed, d, j]) for j in range(s["seeds"] if seeds is None else seeds)]
+    X0s = np.stack([uniform_sphere(s["N"], d, rng) for rng in rngs])
+    traj = np.asarray(sde.simulate_batch(X0s, s["T"], s["n_steps"], rngs), dtype=np.float64)
+    out = np.array([[interaction_energy(traj[j, k], s["beta"]) for j in range(len(rngs))] for k in idx])
     return idx * (s["T"] / s["n_steps"]), out
+
+
+def _runtime_settings(config: ExperimentConfig) -> dict[str, Any]:
+    """The profile's settings plus the backend of the MLP-field kernels on ``config.device`` and the
+    precision (numpy in float64 on cpu: the run as it always was)."""
+    s = dict(SETTINGS[config.profile], precision=config.precision)
+    s["backend"] = device_backend(config, MLP_FIELD, "numpy")
+    return s
+
+
+def precision_probe(config: ExperimentConfig) -> PrecisionError:
+    """E_β(μ_t) at the evaluation times of run j = 0 (attention, d_sync): the run's float32 backend
+    against the float64 NumPy reference."""
+    s = _runtime_settings(config)
+    y32 = energy_samples(s, s["d_sync"], "attractive", config.seed, seeds=1)[1]
+    y64 = energy_samples(dict(s, precision="float64", backend="numpy"), s["d_sync"], "attractive", config.seed,
+                         seeds=1)[1]
+    return PrecisionError.between(f"E_β(μ_t) of one run (d = {s['d_sync']}, N = {s['N']}, attention) at "
+                                  f"{s['n_eval']} times", y32, y64)
 
 
 def decay_fit(times: np.ndarray, energies: np.ndarray, seed: int = 0) -> PowerLawFit:
@@ -135,7 +160,7 @@ def _figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], bound: float) -> F
 
 
 def run(config: ExperimentConfig) -> ExperimentResult:
-    s = SETTINGS[config.profile]
+    s = _runtime_settings(config)
     v_sync, v_con = lyapunov_values(s, s["d_sync"]), lyapunov_values(s, s["d_contrast"])
     bound = 0.0 + v_sync["lambda_bar_prime"]  # ε = 0 for Q^TK = βI, V = I (Assumption 2)
     curves = {}
@@ -173,4 +198,6 @@ register_experiment(Experiment(
     run=run,
     budget_s={"quick": 30.0, "full": 120.0},
     settings=SETTINGS,
+    precisions=("float64", "float32"),
+    precision_probe=precision_probe,
 ))

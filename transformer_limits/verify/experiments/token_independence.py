@@ -45,7 +45,7 @@ import numpy as np
 
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.verify.check_spec import CheckSpec
-from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, PrecisionError
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.running import device_backend, jsonable_settings, run_points
 from transformer_limits.verify.experiments.attention_models import QUICK_MODEL, WorstInputs, models_for
@@ -136,6 +136,35 @@ def token_errors_sweep(config: ExperimentConfig, s: dict[str, Any], *,
     return out, sum(r.elapsed_s or 0.0 for r in sweep.records), worst
 
 
+def _runtime_settings(config: ExperimentConfig, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The profile's settings (``settings`` overriding) with the backend of the layer kernels on
+    ``config.device`` (cpu in float64: the settings' numba) and, for float32, the precision of the
+    discrete model (a float64 run's settings are the profile's exactly: sweep keys unchanged)."""
+    s = dict(SETTINGS[config.profile], **(settings or {}))
+    s["backend"] = device_backend(config, LAYER_ADJOINT, s["backend"])
+    if config.precision != "float64":
+        s["precision"] = config.precision
+    return s
+
+
+def precision_probe(config: ExperimentConfig) -> PrecisionError:
+    """x_L of the i.i.d.-head discrete model (seed j = 0's law and heads) at one random input with the
+    largest N of the profile: the run's float32 backend against float64 blas."""
+    s = _runtime_settings(config)
+    N = s["N_levels"][-1]
+
+    def output(settings: dict[str, Any]) -> np.ndarray:
+        M = models_for(_ladder_settings(settings))
+        law = M.law(config.seed * 1000 + 900)
+        A = M.iid_map(law, s["L"], s["H"], seed=int(np.random.default_rng([config.seed, 6, 0]).integers(2**32)))
+        X0 = np.random.default_rng([config.seed, 8]).uniform(-1, 1, size=(N, s["d"])) * s["radius"] / np.sqrt(s["d"])
+        return np.asarray(A.evaluate(X0)[0], dtype=np.float64)
+
+    f64 = {k: v for k, v in s.items() if k != "precision"}
+    return PrecisionError.between(f"x_L of the i.i.d.-head model (L = {s['L']}, H = {s['H']}, N = {N})",
+                                  output(s), output(dict(f64, backend="blas")))
+
+
 def run(config: ExperimentConfig, *, counting_head: float = 0.0, log_n_term: float = 0.0,
         settings: dict[str, Any] | None = None) -> ExperimentResult:
     """Deliberately wrong models (tests): ``counting_head`` c > 0 adds an un-normalised counting head
@@ -143,8 +172,7 @@ def run(config: ExperimentConfig, *, counting_head: float = 0.0, log_n_term: flo
     ~c·log N at clustered inputs only, ~0 at random ones); ``log_n_term`` c > 0 adds
     c·ē(N_min)·log N / log N_min to every measured error (a check of the statistics alone).
     ``settings`` overrides the profile (reduced grids)."""
-    s = dict(SETTINGS[config.profile], **(settings or {}))
-    s["backend"] = device_backend(config, LAYER_ADJOINT, s["backend"])  # cpu: the settings' backend
+    s = _runtime_settings(config, settings)
     errors, seconds, worst = token_errors_sweep(config, s, counting_head=counting_head)
     N = np.array(s["N_levels"], dtype=float)
     if log_n_term:
@@ -184,4 +212,6 @@ register_experiment(Experiment(
     run=run,
     budget_s={"quick": 25.0, "full": 400.0},
     settings=SETTINGS,
+    precisions=("float64", "float32"),
+    precision_probe=precision_probe,
 ))
