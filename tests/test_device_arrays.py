@@ -4,6 +4,8 @@ NumPy arrays there, but every put/get is still a counted copy)."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -93,3 +95,21 @@ def test_cuda_c_arguments_take_the_parameter_types_and_refuse_wrong_arrays():
     with pytest.raises(ValueError, match="not C-contiguous"):
         dev.c_arguments((np.zeros((4, 4), np.float32)[:, ::2],))
     assert DeviceArrays("numba-cuda-sim").c_arguments((1.5,))[0].dtype == np.float64
+
+
+@sim
+def test_in_the_simulator_device_arrays_are_host_numpy_arrays():
+    dev = DeviceArrays("numba-cuda-sim")
+    for a in (dev.put(np.ones(2)), dev.empty((2,)), dev.zeros((2,)), dev.get(dev.put(np.ones(2)))):
+        assert type(a) is np.ndarray  # not Numba's FakeCUDAArray: the arrays xp = NumPy computes on
+
+
+no_cupy = pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed here")
+
+
+@no_cupy
+def test_storage_without_cupy_numba_device_arrays_and_no_array_ops():
+    dev = DeviceArrays("numba-cuda")  # constructing probes nothing: no GPU is needed for this
+    assert dev.storage == "numba" and dev.xp is None and not dev.has_array_ops
+    with pytest.raises(ImportError):
+        DeviceArrays("cupy")  # the cupy backend is CuPy's arrays or nothing

@@ -51,13 +51,12 @@ from transformer_limits.numeric.sphere.transformer import (
     MLPLayer,
     SphereTransformer,
     attention_scale,
+    check_field_settings,
     layer_norm,
     project_tangent,
-    set_attention_matrices,
 )
 from transformer_limits.numeric.attention.kernels import attention_kernels
-from transformer_limits.numeric.kernel_family import ATTENTION, MLP_FIELD
-from transformer_limits.numeric.precision import resolve_precision
+from transformer_limits.numeric.kernel_family import ATTENTION
 from transformer_limits.numeric.sphere import device_runs
 from transformer_limits.numeric.sphere.device_runs import array_path, simulate_exact, simulate_features
 from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
@@ -105,11 +104,7 @@ class CommonNoiseSDE:
     def __post_init__(self):
         if not isinstance(self.d, (int, np.integer)) or self.d < 2:
             raise ValueError(f"d must be an integer >= 2, got {self.d!r}")
-        if self.sigma_u < 0 or self.sigma_w < 0:
-            raise ValueError(f"sigma_u and sigma_w must be >= 0, got {self.sigma_u!r}, {self.sigma_w!r}")
-        MLP_FIELD.resolve(self.backend)  # ValueError naming the backends of the MLP-field kernels
-        resolve_precision(self.precision, self.backend)  # ValueError naming precision
-        set_attention_matrices(self)
+        check_field_settings(self)
 
     @property
     def device_resident(self) -> bool:

@@ -68,6 +68,17 @@ def attention_scale(attention: str | float) -> float:
     return float(attention)
 
 
+def check_field_settings(obj) -> None:
+    """What the sphere transformer and its limit SDE share: σ_U, σ_W ≥ 0, a backend of the MLP-field
+    kernels, a precision that backend computes in (ValueError naming each), then
+    :func:`set_attention_matrices`."""
+    if obj.sigma_u < 0 or obj.sigma_w < 0:
+        raise ValueError(f"sigma_u and sigma_w must be >= 0, got {obj.sigma_u!r}, {obj.sigma_w!r}")
+    MLP_FIELD.resolve(obj.backend)  # ValueError naming the backends of the MLP-field kernels
+    resolve_precision(obj.precision, obj.backend)  # ValueError naming precision
+    set_attention_matrices(obj)
+
+
 def set_attention_matrices(obj) -> None:
     """Validate ``obj.attention`` and fill ``obj.Q``, ``obj.K``, ``obj.V`` (frozen dataclass) with the
     defaults Q = K = √β I, V = I where None; each must be (d, d)."""
@@ -118,11 +129,7 @@ class SphereTransformer:
             raise ValueError(f"d must be >= 2, got {self.d}")
         if not self.T > 0:
             raise ValueError(f"T must be > 0, got {self.T!r}")
-        if self.sigma_u < 0 or self.sigma_w < 0:
-            raise ValueError(f"sigma_u and sigma_w must be >= 0, got {self.sigma_u!r}, {self.sigma_w!r}")
-        MLP_FIELD.resolve(self.backend)  # ValueError naming the backends of the MLP-field kernels
-        resolve_precision(self.precision, self.backend)  # ValueError naming precision
-        set_attention_matrices(self)
+        check_field_settings(self)
 
     @property
     def device_resident(self) -> bool:
