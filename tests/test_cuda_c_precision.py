@@ -115,6 +115,7 @@ def _ptx(tmp_path, program: str) -> str:
     return ptx.read_text()
 
 
+@pytest.mark.cudasim  # nvcc, twice per source: .ci/run's cudasim step
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("name", sorted(SOURCES))
 def test_float32_compile_has_no_double_arithmetic(tmp_path, name):

@@ -18,8 +18,9 @@ from transformer_limits.numeric.device_arrays import DeviceArrays
 from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE
 from transformer_limits.numeric.sphere.transformer import SphereTransformer, uniform_sphere
 
-pytestmark = pytest.mark.skipif(not REGISTRY["numba-cuda-sim"].available,
-                                reason=f"numba-cuda-sim: {REGISTRY['numba-cuda-sim'].reason}")
+pytestmark = [pytest.mark.cudasim,
+              pytest.mark.skipif(not REGISTRY["numba-cuda-sim"].available,
+                                 reason=f"numba-cuda-sim: {REGISTRY['numba-cuda-sim'].reason}")]
 
 
 def _njit_module(path: str) -> dict:

@@ -32,6 +32,8 @@ from transformer_limits.numeric.backends import REGISTRY
 from transformer_limits.numeric.kernel_family import FLOW_TAYLOR_JET, cuda_c_program
 from transformer_limits.symbolic.flow_taylor_kernels import jet_kernel_source
 
+pytestmark = pytest.mark.cudasim  # CUDA kernels in Numba's simulator: .ci/run's cudasim step
+
 DIMS = [(2, 2, 2), (3, 2, 1)]  # (d, d_k, d_v)
 CPU_BACKENDS = ("numpy", "numba", "numba-cuda-sim")
 

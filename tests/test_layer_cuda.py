@@ -20,6 +20,8 @@ from transformer_limits.numeric.backends import REGISTRY, nvcc_path
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT, cuda_c_program
 from transformer_limits.symbolic.attention_adjoint_kernels import adjoint_kernel_source
 
+pytestmark = pytest.mark.cudasim  # CUDA kernels in Numba's simulator: .ci/run's cudasim step
+
 SIM = REGISTRY["numba-cuda-sim"]
 needs_sim = pytest.mark.skipif(not SIM.available, reason=f"numba-cuda-sim unavailable: {SIM.reason}")
 D, DK, DV, H = 3, 2, 2, 2

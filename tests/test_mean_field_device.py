@@ -19,7 +19,8 @@ from transformer_limits.numeric.backends import REGISTRY
 from transformer_limits.numeric.device_arrays import count_transfers
 
 SIM = REGISTRY["numba-cuda-sim"]
-pytestmark = pytest.mark.skipif(not SIM.available, reason=f"numba-cuda-sim unavailable: {SIM.reason}")
+pytestmark = [pytest.mark.cudasim,
+              pytest.mark.skipif(not SIM.available, reason=f"numba-cuda-sim unavailable: {SIM.reason}")]
 D, DK, DV, N, A, TEMP = 3, 2, 2, 4, 2, 0.7
 
 

@@ -26,6 +26,8 @@ from transformer_limits.numeric.sphere.mlp_field import MLP_BACKENDS, mlp_field_
 from transformer_limits.symbolic.mlp_field_kernels import mlp_field_kernel_source
 from transformer_limits.symbolic.mlp_kernel import ACTIVATIONS
 
+pytestmark = pytest.mark.cudasim  # CUDA kernels in Numba's simulator: .ci/run's cudasim step
+
 SIGMA_U, SIGMA_W = 0.3, 0.2
 _PHI = {"relu": lambda z: np.maximum(z, 0.0), "tanh": np.tanh}
 

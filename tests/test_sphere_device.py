@@ -30,7 +30,7 @@ from transformer_limits.numeric.sphere.common_noise_sde import (
 from transformer_limits.numeric.sphere.transformer import SphereTransformer, uniform_sphere
 
 SIM = "numba-cuda-sim"
-pytestmark = pytest.mark.skipif(not REGISTRY[SIM].available, reason=f"{SIM} unavailable")
+pytestmark = [pytest.mark.cudasim, pytest.mark.skipif(not REGISTRY[SIM].available, reason=f"{SIM} unavailable")]
 TOL = 1e-10
 
 

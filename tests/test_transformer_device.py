@@ -18,6 +18,8 @@ from transformer_limits.numeric.attention.transformer import AttentionTransforme
 from transformer_limits.numeric.backends import REGISTRY
 from transformer_limits.numeric.device_arrays import count_transfers
 
+pytestmark = pytest.mark.cudasim  # CUDA kernels in Numba's simulator: .ci/run's cudasim step
+
 SIM = REGISTRY["numba-cuda-sim"]
 needs_sim = pytest.mark.skipif(not SIM.available, reason=f"numba-cuda-sim unavailable: {SIM.reason}")
 D, DK, DV, H, L, B, N = 3, 2, 2, 2, 3, 3, 5
