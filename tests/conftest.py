@@ -67,3 +67,22 @@ def fake_cuda(monkeypatch):
                           else BackendStatus(name, False, None, f"{name} faked away"))
         monkeypatch.setattr(backends, "_status_by_name", lambda: fake)
     return install
+
+
+@pytest.fixture
+def registry():
+    """Built-ins discovered; afterwards the registry, the plugin errors, the loaded files and the
+    modules imported by the test are put back as they were."""
+    from transformer_limits.verify import registry as em
+
+    em.list_experiments()
+    saved = (dict(em._REGISTRY), dict(em._SOURCES), dict(em._PLUGIN_ERRORS), dict(em._FILE_MODULES),
+             set(sys.modules))
+    yield em
+    em._restore(saved[0], saved[1])
+    for store, old in ((em._PLUGIN_ERRORS, saved[2]), (em._FILE_MODULES, saved[3])):
+        store.clear()
+        store.update(old)
+    for name in set(sys.modules) - saved[4]:
+        if name.startswith((em._FILE_MODULE_PREFIX, "tlplug_", "em_gbm_example")):
+            del sys.modules[name]

@@ -18,7 +18,8 @@ CALLS: list[str] = []
 
 def _check(passed: bool) -> Check:
     return Check("dummy_check", "1 + 1 = 2", 2.0, 2.0 if passed else 3.0, (1.9, 2.1), passed,
-                 {"alpha": 0.01, "sides": "two-sided", "method": "exact"}, "" if passed else "1 + 1 = 3")
+                 {"alpha": 0.01, "sides": "two-sided", "method": "exact"}, "" if passed else "1 + 1 = 3", 0.95,
+                 "1 + 1 = 3")
 
 
 def _runner(name: str, passed: bool | None):
@@ -154,7 +155,7 @@ def test_report_runs_all_and_survives_a_crash(dummies, tmp_path, capsys):
     assert code == 3  # a crash outranks a failed check
     assert CALLS == ["dummy-pass", "dummy-crash", "dummy-fail"]
     text = capsys.readouterr().out
-    assert "RESULT: ERROR (1/3 experiments passed, 1 crashed" in text and "crashed: RuntimeError" in text
+    assert "RESULT: ERROR (1/3 experiments passed, 1 failed, 1 crashed" in text and "crashed: RuntimeError" in text
     summary = json.loads((out / "summary.json").read_text())
     assert [e["passed"] for e in summary["experiments"]] == [True, False, False]
     assert [e["status"] for e in summary["experiments"]] == ["pass", "error", "fail"]

@@ -262,7 +262,8 @@ def test_cli_verify_on_a_real_cluster_equals_the_local_run(cluster, experiment_f
     remote = _cli(*common, "--scheduler", cluster)
     results = _results(remote)
     assert json.loads(remote.stdout)["provenance"]["config"]["scheduler"] == cluster
-    assert results["status"] == "pass" and results["checks"][0]["name"] == "lyapunov_agrees"
+    assert results["status"] in ("pass", "inconclusive") and results["checks"][0]["passed"]
+    assert results["checks"][0]["name"] == "lyapunov_agrees" and results["checks"][0]["power"] is not None
     assert results == _results(local)  # checks, tables, provenance: bitwise equal
     assert [r["refinement"] for r in results["tables"]["estimates"]] == [1, 2]
 
@@ -284,7 +285,7 @@ def test_cli_a_file_defined_sweep_function_runs_on_the_cluster(cluster):
     common = ("verify", "em-gbm-strong-order", "--module", example, "--no-progress", "--format", "json")
     remote = _cli(*common, "--scheduler", cluster)
     results = _results(remote)
-    assert results["status"] == "pass"
+    assert results["status"] in ("pass", "inconclusive") and results["checks"][0]["passed"]
     assert results == _results(_cli(*common, "--workers", "1"))
 
 

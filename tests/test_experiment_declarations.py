@@ -14,7 +14,7 @@ from transformer_limits.verify.verdicts import Check
 
 
 def _check(name, alpha=0.01, claim="x ≤ 1"):
-    return Check(name, claim, 1.0, 0.5, (0.0, 1.0), True, {"alpha": alpha, "sides": "one-sided"})
+    return Check(name, claim, 1.0, 0.5, (0.0, 1.0), True, {"alpha": alpha, "sides": "one-sided"}, "", 0.9)
 
 
 def _experiment(checks, reported, settings=None, provenance=None):
@@ -67,7 +67,7 @@ def test_every_built_in_check_declares_its_verdict_and_false_failure_rate():
 def test_a_result_matching_its_declarations_passes_and_gets_the_declared_claim():
     spec = CheckSpec("bound", "‖θ_k‖ ≤ R_k", alpha=0.01)
     result = run_experiment(_experiment((spec,), [("bound", 0.01, "")]), ExperimentConfig())
-    assert result.status == "pass" and result.checks[0].claim == "‖θ_k‖ ≤ R_k"
+    assert result.status == "pass" and result.checks[0].claim == "‖θ_k‖ ≤ R_k"  # power 0.9: decided
     # a claim the run writes itself (e.g. a verdict's "err ~ L^-1") is kept
     result = run_experiment(_experiment((spec,), [("bound", 0.01, "err ~ L^-1")]), ExperimentConfig())
     assert result.checks[0].claim == "err ~ L^-1"
@@ -108,3 +108,43 @@ def test_a_built_in_experiment_reads_alpha_and_tolerance_from_its_declaration():
     assert exp.check("exponent_L") is sde_limit.EXPONENT_L
     assert (sde_limit.EXPONENT_L.alpha, sde_limit.EXPONENT_L.tolerance) == (0.01, 0.2)
     assert exp.settings["quick"] is sde_limit.SETTINGS["quick"]
+
+
+# ------------------------------------------------------------------------------------------------
+# power: every built-in check declares the violation it must detect
+
+
+def test_every_built_in_check_declares_its_alternative():
+    """A statistical check (alpha > 0) declares an alternative value or words for it; a deterministic
+    one (alpha = 0) says in words what its rule rejects (docs/verification.md, "Power")."""
+    missing = [f"{e.name}.{s.name}" for e in list_experiments() for s in e.checks
+               if s.alternative is None and not s.alternative_text
+               and e.name not in ("lions-taylor",)]  # its checks state the alternative order per expansion
+    assert missing == []
+    with pytest.raises(ValueError, match="alternative"):
+        CheckSpec("a", alternative=float("nan"))
+    assert CheckSpec("a", alternative=-0.5).required_alternative == -0.5
+    with pytest.raises(ValueError, match="declares no alternative"):
+        CheckSpec("a").required_alternative
+
+
+def test_spectral_released_states_power_and_its_muon_ordering_is_inconclusive():
+    """The released 160M points (8 widths): the Muon ordering cannot be decided (power ≈ 0.22 against
+    the published Δβ = 0.51 reversed), Dion's monotonicity can (power ≈ 0.98); every check has a power."""
+    result = run_experiment(experiment_spec("spectral-released"), ExperimentConfig())
+    assert all(c.power is not None for c in result.checks)
+    states = {c.name: c.state for c in result.checks}
+    assert states == {"published_betas_reproduced": "pass", "muon_hard_beta_exceeds_adamw": "inconclusive",
+                      "dion_rank_monotone": "pass"}
+    muon = next(c for c in result.checks if c.name == "muon_hard_beta_exceeds_adamw")
+    assert 0.1 < muon.power < 0.4 and "inconclusive: power" in muon.note and result.status == "inconclusive"
+
+
+def test_alternative_text_from_the_declaration():
+    spec = CheckSpec("c", alpha=0.01, alternative_text="q = -0.5")
+
+    def run(config):
+        return ExperimentResult("decl", config.profile, checks=[_check("c")])
+
+    exp = Experiment(name="decl", title="t", paper="A", claim="c", derivations=(), checks=(spec,), run=run)
+    assert run_experiment(exp, ExperimentConfig()).checks[0].alternative == "q = -0.5"

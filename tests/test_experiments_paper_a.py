@@ -137,7 +137,9 @@ def test_experiments_are_registered_with_documented_checks():
 @pytest.mark.parametrize("name", ["attention-depth-width", "token-independence", "adamw-box"])
 def test_quick_profile_passes(name):
     result = run_experiment(experiment_spec(name), ExperimentConfig(profile="quick"))
-    assert result.passed, [(c.name, c.note) for c in result.failed_checks]
+    # not contradicted; some quick checks are INCONCLUSIVE by design (docs/verification.md, power table)
+    assert result.status in ("pass", "inconclusive"), [(c.name, c.note) for c in result.failed_checks]
+    assert all(c.power is not None for c in result.checks)
     assert result.figures
 
 
@@ -148,8 +150,8 @@ def test_quick_profile_wrong_models_fail():
     assert not sqrt_heads["exponent_H"] and not sqrt_heads["rate_bound_holds"]
     lions = {c.name: c.passed for c in adw.run(config, lions_sign=-1).checks}
     assert not lions["trained_exponent_L"]
-    assert not token_independence.run(config, log_n_term=1.0).passed
-    assert not token_independence.run(config, counting_head=0.3).passed
+    assert token_independence.run(config, log_n_term=1.0).status == "fail"
+    assert token_independence.run(config, counting_head=0.3).status == "fail"
     assert not {c.name: c.passed for c in adamw_box.run(config, coupled_decay=True).checks}["box_holds"]
 
 

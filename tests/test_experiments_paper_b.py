@@ -69,5 +69,7 @@ def test_sign_change_d3(sync_fits):
 @pytest.mark.parametrize("name", ["sde-limit", "propagation-of-chaos", "synchronization"])
 def test_quick_profile_passes(name):
     result = experiment_spec(name).run(ExperimentConfig(profile="quick"))
-    assert result.passed, [str(c) for c in result.checks]
+    # not contradicted; some quick checks are INCONCLUSIVE by design (docs/verification.md, power table)
+    assert result.status in ("pass", "inconclusive"), [str(c) for c in result.checks]
+    assert all(c.power is not None for c in result.checks)
     assert result.figures and result.figures[0].png.startswith(b"\x89PNG")

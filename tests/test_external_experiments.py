@@ -33,29 +33,14 @@ from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.verdicts import Check
 
 def run(config):
-    check = Check("trivial", "1 = 1", 1.0, 1.0, (1.0, 1.0), True, {{"alpha": 0.01, "sides": "two-sided"}})
+    check = Check("trivial", "1 = 1", 1.0, 1.0, (1.0, 1.0), True, {{"alpha": 0.01, "sides": "two-sided"}}, "",
+                  1.0, "1 = 2")
     return ExperimentResult({name!r}, config.profile, checks=[check])
 
 EXPERIMENT = Experiment(name={name!r}, title="trivial", paper="X", claim="1 = 1", derivations=(),
                         checks=("trivial",), run=run)
 """
 
-
-@pytest.fixture
-def registry():
-    """Built-ins discovered; afterwards the registry, the plugin errors, the loaded files and the
-    modules imported by the test are put back as they were."""
-    em.list_experiments()
-    saved = (dict(em._REGISTRY), dict(em._SOURCES), dict(em._PLUGIN_ERRORS), dict(em._FILE_MODULES),
-             set(sys.modules))
-    yield em
-    em._restore(saved[0], saved[1])
-    for store, old in ((em._PLUGIN_ERRORS, saved[2]), (em._FILE_MODULES, saved[3])):
-        store.clear()
-        store.update(old)
-    for name in set(sys.modules) - saved[4]:
-        if name.startswith((em._FILE_MODULE_PREFIX, "tlplug_", "em_gbm_example")):
-            del sys.modules[name]
 
 
 def _em_module():

@@ -19,6 +19,9 @@ from transformer_limits.verify.running import run_experiment
 pytestmark = pytest.mark.precision
 
 FLOAT32 = sorted(e.name for e in list_experiments() if "float32" in e.precisions and "quick" in e.profiles)
+#: the float64 quick verdicts (docs/verification.md, power table): propagation-of-chaos is not
+#: contradicted but undecided in the quick profile (power 0.002 against N^-1/4)
+FLOAT64_STATUS = {"propagation-of-chaos": "inconclusive", "synchronization": "pass", "token-independence": "pass"}
 
 
 def test_experiments_of_both_papers_declare_float32():
@@ -29,7 +32,8 @@ def test_experiments_of_both_papers_declare_float32():
 def test_float32_quick_profile_reaches_the_float64_verdicts(name):
     exp = next(e for e in list_experiments() if e.name == name)
     result = run_experiment(exp, ExperimentConfig(profile="quick", precision="float32"))
-    assert result.status == "pass", (result.error, [(c.name, c.measured, c.ci, c.note) for c in result.failed_checks])
+    assert result.status == FLOAT64_STATUS[name], (result.error, [(c.name, c.measured, c.ci, c.note)
+                                                                  for c in result.failed_checks])
     assert [c.name for c in result.checks] == list(exp.check_names)
     prov = result.provenance
     assert prov["precision"] == "float32"

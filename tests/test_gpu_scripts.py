@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -76,9 +75,7 @@ def test_failed_and_timed_out_steps_are_recorded_and_the_rest_still_run(tmp_path
                     'esac\nexit 0\n')
     fake.chmod(0o755)
     out = tmp_path / "out"
-    t0 = time.monotonic()
     r = _run(["bash", str(SCRIPT), str(out)], tmp_path, _env(PYTHON=str(fake), GPU_CHECK_T_INFO="1"))
-    assert time.monotonic() - t0 < 25
     assert r.returncode == 1, r.stdout + r.stderr
     summary = (out / "summary.txt").read_text().splitlines()
     status = {ln.split()[0]: ln for ln in summary[1:-1]}
@@ -107,11 +104,8 @@ def numba_layer_compiled():
 
 def test_bench_gpu_quick_runs_on_cpu(tmp_path, numba_layer_compiled):
     out = tmp_path / "bench.json"
-    t0 = time.monotonic()
     r = _run([sys.executable, str(BENCH), "--quick", "--json", str(out)], ROOT, _env(), timeout=300)
-    wall = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
-    assert wall < 30, f"--quick took {wall:.0f} s"
     lines = r.stdout.splitlines()
     assert any(ln.startswith("# no GPU: ") and "numba-cuda" in ln and "cupy" in ln for ln in lines)
     assert any(ln.split()[:1] == ["backend"] and "fwd upd/s" in ln for ln in lines)

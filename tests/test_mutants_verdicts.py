@@ -31,9 +31,10 @@ def fit():
 
 
 def test_text_form_states_the_verdict_and_the_note(fit):
-    passing, failing = rate_at_least(fit, -1.0), rate_at_least(fit, -2.0)
-    assert passing.passed and not failing.passed
+    passing, failing = rate_at_least(fit, -1.0, alternative=-0.5), rate_at_least(fit, -2.0)
+    assert passing.passed and not failing.passed and passing.state == "pass"
     assert str(passing).startswith("PASS rate_at_least: ") and not str(passing).endswith(" — ")
+    assert "power 1.00" in str(passing) and "power not stated" in str(failing)
     assert " — " not in str(passing)  # empty note: nothing appended
     assert str(failing).startswith("FAIL rate_at_least: ") and str(failing).endswith(" — " + failing.note)
 

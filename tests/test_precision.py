@@ -33,7 +33,7 @@ def _simulate(precision: str) -> np.ndarray:
 def _run(config: ExperimentConfig) -> ExperimentResult:
     y = _simulate(config.precision)
     check = Check("harmonic", "H_2000 > 8", 8.0, float(y[-1]), (float(y[-1]), float(y[-1])), bool(y[-1] > 8),
-                  {"alpha": 0.01, "sides": "one-sided", "method": "exact"}, "")
+                  {"alpha": 0.01, "sides": "one-sided", "method": "exact"}, "", 1.0, "H_2000 <= 8 (exact)")
     result = ExperimentResult("precision-dummy", config.profile, checks=[check])
     result.data["dtype"] = str(y.dtype)
     return result

@@ -94,10 +94,14 @@ def test_grouping_matches_a_plain_transcription():
 
 def test_right_claim_passes_and_wrong_claim_fails_cli(tmp_path, capsys):
     path = _write(tmp_path)
-    code, out, err = _run(capsys, "rate", "check", path, "--claim", CLAIM, "--format", "json")
+    code, out, err = _run(capsys, "rate", "check", path, "--claim", CLAIM, "--format", "json", "--alternative", "0.5")
     assert code == 0, out
     payload = json.loads(out)
     assert payload["status"] == "pass" and err == ""
+    assert all(c["power"] >= 0.8 for c in payload["checks"])
+    # the default alternative (0.25) is too close for 8 seeds: not contradicted, not decided
+    code, out, err = _run(capsys, "rate", "check", path, "--claim", CLAIM, "--strict")
+    assert code == 4 and "INCONCLUSIVE" in out and "inconclusive" in err
     names = [c["name"] for c in payload["checks"]]
     # H: the term L^-1 does not decay in H, so only the bound test covers H
     assert names == ["rate_bound_holds", "exponent_L"]
@@ -120,7 +124,7 @@ def test_bound_uses_fitted_constants_not_unit_ones(tmp_path):
     """With precise data (σ = 0.1, 16 seeds) of 2/L + 0.5 L^-1/3 H^-1/2, the ratio to the claim with
     unit constants grows in H (from ~0.6 to ~2 over the grid) although the claim holds: the ratio
     must be taken to the fitted claim.  Checked: with unit constants this run fails."""
-    result = rate_check(_write(tmp_path, sigma=0.1, seeds=16), CLAIM, n_boot=500)
+    result = rate_check(_write(tmp_path, sigma=0.1, seeds=16), CLAIM, n_boot=500, alternative=0.5)
     assert result.passed, [str(c) for c in result.checks]
     C = result.constants
     for row in result.result.tables["points"]:
@@ -134,15 +138,15 @@ def test_exponent_check_fails_a_too_fast_claim_on_every_line(tmp_path):
     check = next(c for c in result.checks if c.name == "exponent_L")
     # along L the data decay like L^-1/3 at small H: the claimed slowest exponent -1 is too fast
     assert check.expected == -1.0 and not check.passed
-    assert len(check.statistics["per_line"]) == 4 and check.statistics["alpha_per_line"] == pytest.approx(0.01 / 4)
+    assert len(check.statistics["members"]) == 4 and check.statistics["alpha_per_member"] == pytest.approx(0.01 / 4)
 
 
 def test_cross_design_uses_lines(tmp_path):
     """An L sweep at H = 4 plus an H sweep at L = 8 is not a grid: the bound test runs on lines."""
     rows = [r for r in rate_data.rate_rows("claimed", seeds=8, seed=5) if r["H"] == 4 or r["L"] == 8]
-    good = rate_check(_columns(rows), CLAIM, n_boot=400)
-    assert good.passed
-    assert sorted(good.checks[0].statistics["per_line"]) == ["along H at L=8", "along L at H=4"]
+    good = rate_check(_columns(rows), CLAIM, n_boot=400, alternative=0.5)
+    assert good.passed, [str(c) for c in good.checks]
+    assert sorted(good.checks[0].statistics["members"]) == ["along H at L=8", "along L at H=4"]
     wrong = rate_check(_columns(rows), "L^-1/3 H^-1", n_boot=400)
     assert not wrong.passed
 
@@ -152,7 +156,7 @@ def test_one_parameter_claim(tmp_path):
     N = np.repeat([8, 16, 32, 64, 128], 10)
     error = 3 * N ** -0.5 * np.exp(0.3 * rng.standard_normal(N.size) - 0.045)
     data = {"N": N, "error": error}
-    assert rate_check(data, "N^-1/2", n_boot=400).passed
+    assert rate_check(data, "N^-1/2", n_boot=400, alternative=0.5).passed
     slow = rate_check(data, "N^-1", n_boot=400)
     assert [c.passed for c in slow.checks] == [False, False]
 
@@ -167,7 +171,8 @@ def test_log_claim_has_only_the_bound_check(tmp_path):
 
 def test_reproducible_and_renders(tmp_path):
     path = _write(tmp_path)
-    a, b = rate_check(path, CLAIM, n_boot=300, seed=4), rate_check(path, CLAIM, n_boot=300, seed=4)
+    a, b = (rate_check(path, CLAIM, n_boot=300, seed=4, alternative=0.5),
+            rate_check(path, CLAIM, n_boot=300, seed=4, alternative=0.5))
     assert isinstance(a, RateCheckResult) and a.passed
     assert [c.to_dict() for c in a.checks] == [c.to_dict() for c in b.checks]
     html = a._repr_html_()

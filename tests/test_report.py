@@ -17,7 +17,8 @@ from transformer_limits.verify.rate_plots import RateSeries, rate_figure
 from transformer_limits.verify.report import config_hash, write_experiment_report, write_index
 from transformer_limits.verify.verdicts import Check, rate_at_least
 
-CHECK_KEYS = {"name", "claim", "expected", "measured", "ci", "passed", "statistics", "note"}
+CHECK_KEYS = {"name", "claim", "expected", "measured", "ci", "passed", "statistics", "note", "power", "alternative",
+              "state"}
 TOP_KEYS = {"schema_version", "experiment", "title", "paper", "claim", "derivations", "profile", "passed",
             "checks", "fits", "tables", "figures", "notes", "data", "provenance"}
 
@@ -32,7 +33,7 @@ def _rate_data(seed=0):
 def _result(name="demo", passed=True, figures=("rates",)) -> ExperimentResult:
     L, errors = _rate_data()
     fit = fit_power_law(L, errors, param="L", n_boot=200)
-    check = rate_at_least(fit, -1.0 if passed else -2.0)
+    check = rate_at_least(fit, -1.0 if passed else -2.0, alternative=-0.5 if passed else -1.5)
     figs = [rate_figure(f, f"caption of {f}", [RateSeries("err", L, errors, fit, claimed_exponent=-1.0)],
                         xlabel="L") for f in figures]
     return ExperimentResult(
@@ -174,6 +175,7 @@ def test_write_index(tmp_path):
     data = json.loads((tmp_path / "summary.json").read_text())
     assert data == summary
     assert data["passed"] is False and data["n_experiments"] == 2 and data["n_passed"] == 1
+    assert data["status"] == "fail" and data["n_failed"] == 1 and data["n_inconclusive"] == 0
     assert data["total_time_s"] == pytest.approx(3.0)
     assert [e["name"] for e in data["experiments"]] == ["alpha", "beta"]
     assert data["experiments"][1]["failed_checks"] == ["rate_at_least"]
@@ -203,14 +205,20 @@ def test_run_experiment_flags_missing_declared_checks():
     assert result.status == "error" and "exponent_L" in result.error and not result.passed
 
 
-def test_run_experiment_lets_input_and_environment_errors_stop_the_run():
+def test_run_experiment_lets_environment_errors_stop_the_run_and_records_input_errors():
     from transformer_limits.errors import EnvironmentFailure, StoreError
 
-    for exc in (StoreError("store 'x' is corrupted"), EnvironmentFailure("disk full"), MemoryError()):
+    for exc in (EnvironmentFailure("disk full"), MemoryError()):
         def run(config, exc=exc):
             raise exc
         with pytest.raises(type(exc)):
             run_experiment(_experiment(run=run), ExperimentConfig())
+
+    # an InputError once the run has started is an ERROR (exit 3): exit 2 means "before any work"
+    def bad_store(config):
+        raise StoreError("store 'x' is corrupted")
+    result = run_experiment(_experiment(run=bad_store), ExperimentConfig())
+    assert result.status == "error" and "store 'x' is corrupted" in result.error
 
 
 def test_rate_figure_validates_shapes():

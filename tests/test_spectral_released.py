@@ -132,7 +132,9 @@ def test_published_values_are_typed_once_in_the_module():
 
 
 def test_real_data_pass_every_check(result):
-    assert result.status == "pass", [str(c) for c in result.checks]
+    # nothing contradicted; the Muon ordering is undecided at 8 widths (power ≈ 0.2), Dion's is decided
+    assert result.status == "inconclusive", [str(c) for c in result.checks]
+    assert [c.state for c in result.checks] == ["pass", "inconclusive", "pass"]
     assert [c.name for c in result.checks] == list(CHECKS)
     pub, muon, dion = result.checks
     assert pub.measured <= 5e-4 and pub.statistics["n_compared"] == 40 and pub.statistics["alpha"] == 0.0
@@ -169,7 +171,7 @@ def test_cli_verify_real_passes_and_wrong_variant_fails(capsys, tmp_path):
     capsys.readouterr()
     assert main(["verify", "spectral-released-wrong-dion", "--no-progress"]) == 1
     out = capsys.readouterr().out
-    assert "RESULT: FAIL (1/3 checks passed)" in out
+    assert "RESULT: FAIL (0/3 checks passed, 1 inconclusive, 2 failed)" in out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -274,7 +276,7 @@ def test_runs_and_passes_where_torch_cannot_be_imported(tmp_path):
     """)
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "OK" in proc.stdout and "RESULT: PASS (3/3 checks passed)" in proc.stdout
+    assert "OK" in proc.stdout and "RESULT: INCONCLUSIVE (2/3 checks passed, 1 inconclusive)" in proc.stdout
     err = [line for line in proc.stderr.splitlines() if line.strip()]
     assert err == ["transformer-limits: error: experiment spectral-scaling cannot run here: "
                    "missing requirement: needs PyTorch (pip install torch)"]

@@ -157,11 +157,13 @@ def test_check_json_round_trip():
     for check in (rate_at_least(fit, -1.0), exponent_equals(fit, -1.0), constant_below(fit, 5.0), slope_zero(fit)):
         text = check.to_json()
         data = json.loads(text)  # strict JSON: infinities are null
-        assert set(data) == {"name", "claim", "expected", "measured", "ci", "passed", "statistics", "note"}
+        assert set(data) == {"name", "claim", "expected", "measured", "ci", "passed", "statistics", "note", "power",
+                             "alternative", "state"}
         back = Check.from_dict(data)
         assert back.passed == check.passed and back.ci == pytest.approx(check.ci)
         assert data["statistics"]["alpha"] == 0.01 and "sides" in data["statistics"]
-        assert str(check).startswith(("PASS", "FAIL"))
+        assert str(check).startswith(("PASS", "FAIL", "INCONCLUSIVE"))
+        assert back.power == check.power and back.state == check.state
 
 
 def test_bad_verdict_arguments():

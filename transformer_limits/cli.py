@@ -1,8 +1,8 @@
 """Command-line front door: ``transformer-limits SUBCOMMAND ...`` (thin; logic lives elsewhere).
 
-Exit codes (defined in :mod:`transformer_limits.errors`): 0 success, 1 a verification check
-failed, 2 bad input (one line on stderr, no traceback), 3 an experiment crashed or the environment
-failed mid-run (one line on stderr), 130 SIGINT, 143 SIGTERM (both: one line on stderr, temporary
+Exit codes (defined in :mod:`transformer_limits.errors`): 0 success (INCONCLUSIVE checks included,
+unless ``--strict``), 1 a verification check failed, 2 bad input (one line on stderr, no traceback), 3 an experiment crashed or the environment
+failed mid-run (one line on stderr), 4 ``--strict`` and a check INCONCLUSIVE, 130 SIGINT, 143 SIGTERM (both: one line on stderr, temporary
 folders and worker processes cleaned up).  Subcommands live in :mod:`transformer_limits.commands`; each module there defines
 ``register(subparsers)`` which adds its parser and sets ``handler`` via ``set_defaults``.
 """
@@ -20,10 +20,10 @@ import sys
 import threading
 from typing import Any, NoReturn, Sequence
 
-from transformer_limits.errors import (EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_ERROR, EXIT_OK, EXIT_SIGINT,
-                                       EXIT_SIGTERM, EnvironmentFailure, ExperimentCrashed, InputError)
+from transformer_limits.errors import (EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_ERROR, EXIT_INCONCLUSIVE, EXIT_OK,
+                                       EXIT_SIGINT, EXIT_SIGTERM, EnvironmentFailure, ExperimentCrashed, InputError)
 
-__all__ = ["main", "UsageError", "CheckFailed", "emit"]
+__all__ = ["main", "UsageError", "CheckFailed", "CheckInconclusive", "emit", "raise_for_status"]
 
 # errors of the machine, not of the user's input: a full disk or quota mid-run is exit 3
 _ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
@@ -43,6 +43,22 @@ def _raise_terminated(signum, frame) -> None:  # noqa: ARG001 - signal handler A
 
 class CheckFailed(Exception):
     """A verification check failed: exit code 1 (the report has already been printed)."""
+
+
+class CheckInconclusive(Exception):
+    """``--strict``: no check failed but some were INCONCLUSIVE: exit code 4 (report already printed)."""
+
+
+def raise_for_status(status: str, what: str, *, strict: bool = False, crashed: str = "") -> None:
+    """The exit of a verdict ``status`` (``pass``/``inconclusive``/``fail``/``error``) of ``what``:
+    error → :class:`ExperimentCrashed` (3, with the one line ``crashed``), fail → :class:`CheckFailed`
+    (1), inconclusive → :class:`CheckInconclusive` (4) with ``strict``, else nothing (0)."""
+    if status == "error":
+        raise ExperimentCrashed(crashed or f"{what} crashed")
+    if status == "fail":
+        raise CheckFailed(what)
+    if status == "inconclusive" and strict:
+        raise CheckInconclusive(what)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -106,6 +122,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return int(args.handler(args) or EXIT_OK)
     except CheckFailed:
         return EXIT_CHECK_FAILED
+    except CheckInconclusive as exc:
+        print(f"transformer-limits: inconclusive: {_one_line(exc)} (--strict: exit {EXIT_INCONCLUSIVE})",
+              file=sys.stderr)
+        return EXIT_INCONCLUSIVE
     except ExperimentCrashed as exc:  # the results were printed and written; say why the code is 3
         print(f"transformer-limits: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_ERROR

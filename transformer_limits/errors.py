@@ -3,7 +3,8 @@
 ==========  =======================================================================================
 exit code   meaning
 ==========  =======================================================================================
-0           every check of every experiment passed
+0           no check failed and nothing crashed: every check passed, or some were INCONCLUSIVE (not
+            contradicted, power below 0.8 against their alternative) and ``--strict`` was not given
 1           at least one check failed (the data contradict a claim) and no experiment crashed
 2           bad input (:class:`InputError`): an argument, a ``--store`` that is not a usable sweep
             store, a ``--scheduler`` that is not a reachable dask scheduler, an unusable ``--out``,
@@ -12,6 +13,8 @@ exit code   meaning
             ``"status": "error"``, the report says ERROR, never FAIL) or the environment failed
             mid-run (:class:`EnvironmentFailure`: disk full, store unwritable, out of memory,
             worker pool broken beyond its retries); one line on stderr
+4           ``--strict`` only: no check failed and nothing crashed, but some check was INCONCLUSIVE
+            (for scripts that need a decided answer)
 130 / 143   interrupted by SIGINT / SIGTERM (one line on stderr; temporary folders and worker
             processes are cleaned up)
 ==========  =======================================================================================
@@ -26,6 +29,7 @@ __all__ = [
     "EXIT_CHECK_FAILED",
     "EXIT_BAD_INPUT",
     "EXIT_ERROR",
+    "EXIT_INCONCLUSIVE",
     "EXIT_SIGINT",
     "EXIT_SIGTERM",
     "InputError",
@@ -35,7 +39,7 @@ __all__ = [
     "ExperimentCrashed",
 ]
 
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_ERROR, EXIT_INCONCLUSIVE = 0, 1, 2, 3, 4
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 
 

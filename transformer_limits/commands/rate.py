@@ -2,10 +2,12 @@
 
     transformer-limits rate check DATA.csv --claim "L^-1 + L^-1/3 H^-1/2" [--error error]
         [--seed-column seed] [--param L H] [--alpha 0.01] [--bootstrap N] [--seed 0]
-        [--window all|auto] [--noise-floor X] [--aggregate mean] [--format text|json] [--out DIR]
+        [--window all|auto] [--noise-floor X] [--aggregate mean] [--alternative A] [--strict]
+        [--format text|json] [--out DIR]
 
 The fits and verdicts are those of the built-in experiments
-(:mod:`transformer_limits.verify.rate_check`; docs/rate_check.md).  Exit 0 when every check passes,
+(:mod:`transformer_limits.verify.rate_check`; docs/rate_check.md).  Exit 0 when no check fails
+(INCONCLUSIVE checks, power below 0.8 against ``--alternative``, included unless ``--strict``: 4),
 1 when the data contradict the claim, 2 for bad input (one line on stderr, nothing written).
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from transformer_limits.cli import CheckFailed, UsageError, emit
+from transformer_limits.cli import UsageError, emit, raise_for_status
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,6 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="with --window auto: drop levels within 4x of this error floor")
     check.add_argument("--aggregate", choices=("mean", "rms", "geometric", "median"), default="mean",
                        help="aggregate of a point's seeds (default mean)")
+    check.add_argument("--alternative", type=float, default=0.25, metavar="A",
+                       help="the violation each check must detect: an exponent A slower than claimed, err / claim "
+                            "growing like p^A (default 0.25); a check not contradicted with power below 0.8 "
+                            "against it is INCONCLUSIVE")
+    check.add_argument("--strict", action="store_true",
+                       help="exit 4 (not 0) when no check failed but some check is INCONCLUSIVE")
     check.add_argument("--format", choices=("text", "json"), default="text")
     check.add_argument("--out", help="write results.json, report.md and report.html (with plots) into this folder")
     check.set_defaults(handler=run_check)
@@ -58,19 +66,27 @@ def _missing_action(parser: argparse.ArgumentParser) -> int:
 def run_check(args: argparse.Namespace) -> int:
     from transformer_limits.commands.verify import check_out_dir, verdict_table
     from transformer_limits.verify.rate_check import rate_check
+    from transformer_limits.verify.rate_claim_grammar import UnknownParameterError
 
     check_out_dir(args.out)  # before any work
     if not 0.0 < args.alpha < 0.5:
         raise UsageError(f"--alpha must be in (0, 0.5), got {args.alpha}")
     if args.seed < 0:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    if not (args.alternative > 0 and args.alternative < float("inf")):
+        raise UsageError(f"--alternative must be a finite exponent distance > 0, got {args.alternative}")
     if args.noise_floor is not None and args.window != "auto":
         raise UsageError("--noise-floor needs --window auto")
     try:
         outcome = rate_check(args.data, args.claim, params=args.param, error=args.error,
                              seed_column=args.seed_column, alpha=args.alpha, n_boot=args.bootstrap,
                              seed=args.seed, window=args.window, noise_floor=args.noise_floor,
-                             aggregate=args.aggregate)
+                             aggregate=args.aggregate, alternative=args.alternative)
+    except UnknownParameterError as exc:  # a claim symbol left out of --param: say how to supply it
+        given = list(args.param or exc.params)
+        raise UsageError(f"--claim: unknown parameter {exc.name!r}: the claim uses it, but --param names only "
+                         f"{' '.join(given)}; add it (--param {' '.join([*given, exc.name])}, with a column "
+                         f"{exc.name!r} in the data) or remove it from the claim") from None
     except ValueError as exc:
         raise UsageError(_option_names(str(exc))) from None
     payload = outcome.write(args.out) if args.out else outcome.payload()
@@ -79,8 +95,7 @@ def run_check(args: argparse.Namespace) -> int:
     if args.out:
         lines.append(f"report: {args.out}/report.md")
     emit(payload, args.format, "\n".join(lines))
-    if not payload["passed"]:
-        raise CheckFailed("rate check")
+    raise_for_status(payload["status"], "rate check", strict=args.strict)
     return 0
 
 

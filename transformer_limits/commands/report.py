@@ -22,8 +22,9 @@ like the built-in ones (in the profiles they declare, or by ``--only``).  Instal
 An experiment whose ``requires`` names a module missing here (spectral-scaling without PyTorch)
 is skipped, not crashed.  The index lists every registered experiment that did not run, with why
 (:func:`not_run_experiments`); when nothing selected can run, that is bad input (exit 2).
-Exit 0 when every check of every experiment passes, 1 when a check failed and nothing crashed,
-2 on bad input, 3 when an experiment crashed (see :mod:`transformer_limits.errors`).
+Exit 0 when no check of any experiment failed and nothing crashed (INCONCLUSIVE checks included,
+unless ``--strict``: then 4), 1 when a check failed and nothing crashed, 2 on bad input, 3 when an
+experiment crashed (see :mod:`transformer_limits.errors`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from transformer_limits.cli import CheckFailed, UsageError, emit
-from transformer_limits.errors import ExperimentCrashed
+from transformer_limits.cli import UsageError, emit, raise_for_status
 from transformer_limits.commands.verify import add_run_options, check_out_dir, load_modules, make_config, show_progress
 
 
@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
 
     from transformer_limits.atomic_write import replaced_directory
     from transformer_limits.verify.running import run_experiment
-    from transformer_limits.verify.report import report_entries, write_experiment_report, write_index
+    from transformer_limits.commands.verify import STATE_WORDS
+    from transformer_limits.verify.report import report_entries, summary_counts, write_experiment_report, write_index
 
     load_modules(args)
     check_out_dir(args.out)
@@ -129,24 +130,21 @@ def run(args: argparse.Namespace) -> int:
             bar.close()
         summary = write_index(done, stage, args.profile, not_run=not_run)
     width = max(len(e["name"]) for e in summary["experiments"])
-    word = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
-    lines = [f"{e['name']:<{width}}  {word[e['status']]:<5}  {e['checks_passed']}/{e['checks_total']} "
-             f"checks  {e['time_s']:.1f} s" + (f"  failed: {', '.join(e['failed_checks'])}" if e["failed_checks"] else "")
+    word = STATE_WORDS
+    lines = [f"{e['name']:<{width}}  {word[e['status']]:<12}  {e['checks_passed']}/{e['checks_total']} "
+             f"checks passed  {e['time_s']:.1f} s"
+             + (f"  failed: {', '.join(e['failed_checks'])}" if e["failed_checks"] else "")
+             + (f"  inconclusive: {', '.join(e['inconclusive_checks'])}" if e["inconclusive_checks"] else "")
              + (f"  crashed: {e['error']}" if e["status"] == "error" else "")
              for e in summary["experiments"]]
     lines += [f"{e['name']:<{width}}  SKIPPED  {e['reason']}" for e in summary["not_run"] if e["selected"]]
     others = sum(not e["selected"] for e in summary["not_run"])
     if others:
         lines.append(f"{others} other registered experiment(s) not run; the index says why")
-    lines.append(f"RESULT: {word[summary['status']]} ({summary['n_passed']}/"
-                 f"{summary['n_experiments']} experiments passed"
-                 + (f", {summary['n_errors']} crashed" if summary["n_errors"] else "")
-                 + f", {summary['total_time_s']:.1f} s); index: {args.out}/index.md")
+    lines.append(f"RESULT: {word[summary['status']]} ({summary_counts(summary)}, "
+                 f"{summary['total_time_s']:.1f} s); index: {args.out}/index.md")
     emit(summary, args.format, "\n".join(lines))
-    if summary["n_errors"]:
-        names = [e["name"] for e in summary["experiments"] if e["status"] == "error"]
-        raise ExperimentCrashed(f"{len(names)} experiment(s) crashed ({', '.join(names)}); "
-                                "their reports say ERROR")
-    if not summary["passed"]:
-        raise CheckFailed("report")
+    crashed = [e["name"] for e in summary["experiments"] if e["status"] == "error"]
+    raise_for_status(summary["status"], "report", strict=args.strict,
+                     crashed=f"{len(crashed)} experiment(s) crashed ({', '.join(crashed)}); their reports say ERROR")
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from typing import Any
 
 from transformer_limits.cli import UsageError, emit
 from transformer_limits.resource_limits import (
@@ -77,6 +78,8 @@ def run_fit(args: argparse.Namespace) -> int:
     from transformer_limits.verify.scaling_fit import fit_points, read_points_csv
 
     check_bootstrap(args.bootstrap, name="--bootstrap")  # the count first, before reading anything
+    if args.seed < 0:  # once, here: a bad seed would otherwise surface inside the first group's fit
+        raise UsageError(f"--seed must be a non-negative integer, got {args.seed}")
     if not 0.0 < args.confidence < 1.0:
         raise UsageError(f"--confidence must be in (0, 1), got {args.confidence}")
     if args.plot and not str(args.plot).lower().endswith(".png"):
@@ -156,17 +159,7 @@ def run_ranks(args: argparse.Namespace) -> int:
     from transformer_limits.numeric.spectra.ranks import rank_summary
 
     path = os.fspath(args.activations)
-    if not os.path.isfile(path):
-        raise UsageError(f"{path}: no such file")
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise UsageError(f"{path}: not a readable .npy array ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, np.ndarray):
-        data.close()
-        raise UsageError(f"{path}: expected a single .npy array, got an .npz archive")
-    if data.ndim != 2:
-        raise UsageError(f"{path}: expected an n x D matrix (2-D array), got shape {data.shape}")
+    data = _load_matrix(path)
     if data.shape[0] < 2:
         raise UsageError(f"{path}: need at least 2 rows to form a covariance, got {data.shape[0]}")
     try:
@@ -181,3 +174,55 @@ def run_ranks(args: argparse.Namespace) -> int:
               f"  asymmetry log(R1/R2) {summary['asymmetry']:.6g}"]
     emit(summary, args.format, "\n".join(lines))
     return 0
+
+
+def _load_matrix(path: str) -> Any:
+    """The 2-D numeric array of the .npy file ``path``.  The header is read and checked against the
+    file before any data (an empty, truncated or malformed file, an object/pickled, non-numeric or
+    not 2-D array is one line naming the file, never a traceback or a huge allocation), and the path
+    must be a regular file (a FIFO is never opened)."""
+    import numpy as np
+    from numpy.lib import format as npy
+
+    from transformer_limits.input_files import open_regular_file
+
+    with open_regular_file(path, "a .npy file") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            raise UsageError(f"{path}: empty file (expected a .npy array)")
+        magic = fh.read(len(npy.MAGIC_PREFIX))
+        if magic.startswith(b"PK"):
+            raise UsageError(f"{path}: expected a single .npy array, got an .npz archive")
+        if magic != npy.MAGIC_PREFIX:
+            raise UsageError(f"{path}: not a .npy file (it does not start with the .npy magic bytes)")
+        fh.seek(0)
+        try:
+            version = npy.read_magic(fh)
+            readers = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+            if version not in readers:
+                raise UsageError(f"{path}: .npy format version {version[0]}.{version[1]} is not supported here "
+                                 "(numpy.save writes 1.0 or 2.0 for numeric arrays)")
+            shape, _, dtype = readers[version](fh)
+        except (ValueError, OSError, EOFError) as exc:
+            raise UsageError(f"{path}: malformed .npy header ({_first_line(exc)})") from None
+        if dtype.hasobject:
+            raise UsageError(f"{path}: the array holds Python objects (dtype {dtype}), which are not loaded "
+                             "(pickled data can run code): save a float array")
+        if dtype.kind not in "fiuc":  # complex is refused with its own message by rank_summary
+            raise UsageError(f"{path}: expected a numeric (float or integer) array, got dtype {dtype}")
+        if len(shape) != 2:
+            raise UsageError(f"{path}: expected an n x D matrix (2-D array), got shape {shape}")
+        need, have = math.prod(shape) * dtype.itemsize, size - fh.tell()
+        if have < need:
+            raise UsageError(f"{path}: truncated: the header says shape {shape} of {dtype} ({need} bytes of "
+                             f"data), the file holds {have}")
+        fh.seek(0)
+        try:
+            return np.load(fh, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise UsageError(f"{path}: not a readable .npy array ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

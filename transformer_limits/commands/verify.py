@@ -10,7 +10,8 @@
 (:func:`transformer_limits.verify.registry.load_experiment_file`); installed plugins (entry-point
 group ``transformer_limits.experiments``) are always loaded.  See ``docs/extending.md``.
 
-Exit 0 when every check passes, 1 (after printing) when one fails, 2 on bad input (checked before
+Exit 0 when no check fails (PASS, or INCONCLUSIVE without ``--strict``), 1 (after printing) when
+one fails, 4 with ``--strict`` when none fails but one is INCONCLUSIVE, 2 on bad input (checked before
 any work: --module, --out, --store, --scheduler, --device cuda without a usable GPU), 3 when the experiment crashed (printed and written as
 ERROR, never FAIL) or the environment failed mid-run; see :mod:`transformer_limits.errors`.
 """
@@ -22,8 +23,8 @@ import os
 import sys
 from pathlib import Path
 
-from transformer_limits.cli import CheckFailed, UsageError, emit
-from transformer_limits.errors import ExperimentCrashed
+from transformer_limits.cli import UsageError, emit, raise_for_status
+from transformer_limits.errors import EXIT_INCONCLUSIVE
 
 PROFILE_CHOICES = ("quick", "full")
 DEVICE_CHOICES = ("cpu", "cuda", "auto")  # transformer_limits.numeric.devices.DEVICES
@@ -52,6 +53,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="floating-point precision of the simulations: float64 (default) or float32 (an option "
                         "for GPU speed; experiments that declare it run in float32 and state their measured "
                         "error against float64, the others run in float64 and say so)")
+    p.add_argument("--strict", action="store_true",
+                   help=f"exit {EXIT_INCONCLUSIVE} (not 0) when no check failed but some check is INCONCLUSIVE "
+                        "(power below 0.8 against its alternative): for scripts that need a decided answer")
     p.add_argument("--module", action="append", metavar="FILE.py", default=None,
                    help="import this Python file first; it registers its experiments (repeatable; "
                         "see docs/extending.md)")
@@ -101,6 +105,8 @@ def check_out_dir(out: str | None) -> None:
     if not out.strip():
         raise UsageError("--out must not be empty (give a folder, e.g. --out report/)")
     path = Path(out)
+    if path.is_symlink() and not path.exists():
+        raise UsageError(f"--out {out!r} is a dangling symbolic link (to {os.readlink(path)!r})")
     if path.exists() and not path.is_dir():
         raise UsageError(f"--out {out!r} exists and is not a directory")
     existing = next(d for d in (path.absolute(), *path.absolute().parents) if d.exists())
@@ -153,6 +159,11 @@ def make_config(args: argparse.Namespace, *, progress: bool):
     if workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     store = getattr(args, "store", None)
+    out = getattr(args, "out", None)
+    if store is not None and out is not None and store.strip() and out.strip() \
+            and Path(store).resolve() == Path(out).resolve():
+        raise UsageError(f"--store {store!r} and --out {out!r} name the same path: the store is a file, the "
+                         "report a folder")
     if store is not None and Path(store).is_dir():
         raise UsageError(f"--store {store!r} is a directory; give a .sqlite file path")
     if store is not None and not Path(store).resolve().parent.is_dir():
@@ -185,8 +196,20 @@ def show_progress(args: argparse.Namespace) -> bool:
     return not args.no_progress and sys.stderr.isatty()
 
 
+#: how each state reads in text output
+STATE_WORDS = {"pass": "PASS", "inconclusive": "INCONCLUSIVE", "fail": "FAIL", "error": "ERROR"}
+
+
+def power_text(check: dict) -> str:
+    """``0.93`` or ``—`` (not stated) for a check's ``results.json`` entry."""
+    power = check.get("power")
+    return "—" if power is None else f"{power:.2f}"
+
+
 def verdict_table(payload: dict) -> str:
     """Readable verdicts of one ``results.json`` payload."""
+    from transformer_limits.verify.report import check_counts, check_state
+
     checks = payload["checks"]
     status = payload.get("status") or ("pass" if payload["passed"] else "fail")
     width = max([len("check")] + [len(c["name"]) for c in checks])
@@ -197,20 +220,24 @@ def verdict_table(payload: dict) -> str:
              f"{payload['profile']}" + ("" if device == "cpu" else f", device {device}")
              + ("" if precision == "float64" else f", {precision}")
              + (f", {run_s:.1f} s)" if run_s is not None else ")"),
-             f"  {'check':<{width}}  verdict  {'expected':>10}  {'measured':>10}  CI"]
+             f"  {'check':<{width}}  {'verdict':<12}  {'power':>5}  {'expected':>10}  {'measured':>10}  CI"]
     for c in checks:
         low, high = c["ci"]
         ci = f"[{'-inf' if low is None else f'{low:.4g}'}, {'inf' if high is None else f'{high:.4g}'}]"
         exp = "—" if c["expected"] is None else f"{c['expected']:.4g}"
         meas = "—" if c["measured"] is None else f"{c['measured']:.4g}"
-        lines.append(f"  {c['name']:<{width}}  {'PASS' if c['passed'] else 'FAIL':<7}  {exp:>10}  {meas:>10}  {ci}")
-        if c.get("note") and not c["passed"]:
+        state = check_state(c)
+        lines.append(f"  {c['name']:<{width}}  {STATE_WORDS[state]:<12}  {power_text(c):>5}  {exp:>10}  "
+                     f"{meas:>10}  {ci}")
+        if state == "inconclusive" and c.get("power") is None:
+            lines.append(f"  {'':<{width}}  power not stated: the check cannot say how large a violation it "
+                         "could have detected")
+        elif c.get("note") and state != "pass":
             lines.append(f"  {'':<{width}}  {c['note']}")
-    n_pass = sum(c["passed"] for c in checks)
     if status == "error":
         lines.append(f"RESULT: ERROR (the experiment crashed: {payload.get('error')}; not a failed check)")
     else:
-        lines.append(f"RESULT: {'PASS' if payload['passed'] else 'FAIL'} ({n_pass}/{len(checks)} checks passed)")
+        lines.append(f"RESULT: {STATE_WORDS[status]} ({check_counts(checks)})")
     return "\n".join(lines)
 
 
@@ -260,8 +287,6 @@ def run(args: argparse.Namespace) -> int:
         payload = results_payload(result, experiment, config)
     text = verdict_table(payload) + (f"\nreport: {args.out}/report.md" if args.out else "")
     emit(payload, args.format, text)
-    if payload["status"] == "error":
-        raise ExperimentCrashed(f"experiment {args.name} crashed: {payload['error']}")
-    if not payload["passed"]:
-        raise CheckFailed(args.name)
+    raise_for_status(payload["status"], args.name, strict=args.strict,
+                     crashed=f"experiment {args.name} crashed: {payload['error']}")
     return 0

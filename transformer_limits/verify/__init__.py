@@ -11,7 +11,9 @@ change.  Each name is imported from its module on first use (PEP 562), so
   (``ē ≈ Σ_k C_k m_k``), :func:`local_orders`, :func:`choose_asymptotic_window`;
 * verdicts (tests whose null hypothesis is the claim, false-failure rate ``alpha``):
   :func:`rate_at_least`, :func:`exponent_equals`, :func:`slope_zero`, :func:`constant_below`,
-  :func:`fit_adequate`, their result :class:`Check`, and :func:`assert_rate` for pytest;
+  :func:`fit_adequate`, their result :class:`Check` (its ``state``: pass, inconclusive or fail, with
+  its ``power`` against the declared alternative; :func:`attach_power`), and :func:`assert_rate`
+  for pytest (:class:`InconclusiveWarning` when a claim is not contradicted but undecided);
 * Taylor-remainder tests: :func:`taylor_test`;
 * experiments and sweeps: :class:`Experiment`, :class:`ExperimentConfig`,
   :class:`ExperimentResult`, :class:`CheckSpec`, :func:`register_experiment`, :func:`run_experiment`,
@@ -52,6 +54,8 @@ _EXPORTS = {
     "constant_below": "verdicts",
     "fit_adequate": "verdicts",
     "assert_rate": "assertions",
+    "InconclusiveWarning": "assertions",
+    "attach_power": "verdicts",
     "taylor_test": "taylor",
     "TaylorResult": "taylor",
     # experiments

@@ -11,6 +11,9 @@
 
 On failure it raises ``AssertionError`` with a table of levels, errors, local orders, the fitted
 exponent with its CI and the verdict; on success it returns the :class:`~transformer_limits.verify.verdicts.Check`.
+A check that is not contradicted but had power below 0.8 against its alternative (an exponent
+``alternative`` away from the claim) is INCONCLUSIVE: an :class:`InconclusiveWarning` by default,
+an ``AssertionError`` with ``strict=True`` (as ``--strict`` on the command line).
 """
 
 from __future__ import annotations
@@ -23,9 +26,15 @@ from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
 from transformer_limits.verify.stats.power_law import PowerLawFit, fit_power_law
 from transformer_limits.verify.verdicts import Check, exponent_equals, rate_at_least, slope_zero
 
-__all__ = ["assert_rate", "format_rate_table"]
+__all__ = ["InconclusiveWarning", "assert_rate", "format_rate_table"]
 
 CHECKS = ("at_least", "equals", "zero")
+#: the violation assert_rate must detect by default: an exponent this far from the claim
+DEFAULT_ALTERNATIVE = 0.25
+
+
+class InconclusiveWarning(UserWarning):
+    """A rate assertion that the data did not contradict, with power below 0.8 against its alternative."""
 
 
 def format_rate_table(fit: PowerLawFit, check: Check | None = None) -> str:
@@ -63,10 +72,12 @@ def format_rate_table(fit: PowerLawFit, check: Check | None = None) -> str:
     lines.extend("window: " + r for r in fit.window.reasons)
     if check is not None:
         low, high = check.ci
-        lines.append(f"verdict {check.name}: {'PASS' if check.passed else 'FAIL'} — claim {check.claim}; "
+        lines.append(f"verdict {check.name}: {check.state.upper()} — claim {check.claim}; "
                      f"{check.statistics.get('h0', '')}; CI used [{low:.4g}, {high:.4g}] "
                      f"({check.statistics.get('sides')}, {check.statistics.get('method')}); "
                      f"false-failure rate {check.false_failure_rate:g}")
+        if check.power is not None:
+            lines.append(f"  power {check.power:.2f} against {check.alternative}")
         if check.note:
             lines.append("  " + check.note)
     return "\n".join(lines)
@@ -81,6 +92,8 @@ def assert_rate(
     check: str = "at_least",
     alpha: float = 0.01,
     tolerance: float = 0.0,
+    alternative: float | None = None,
+    strict: bool = False,
     **fit_options: Any,
 ) -> Check:
     """Assert that errors over one refinement parameter obey ``claim``.
@@ -93,12 +106,21 @@ def assert_rate(
     ``"zero"`` (:func:`~transformer_limits.verify.verdicts.slope_zero`; ``claim`` is ignored, may be 0).
     The check fails a true claim with probability ≤ ``alpha``.  ``fit_options`` go to
     :func:`~transformer_limits.verify.stats.power_law.fit_power_law` (``noise_floor``, ``window``, ``n_boot``,
-    ``seed``, ``method``, ``resample``, ``aggregate``, window rules).
+    ``seed``, ``method``, ``resample``, ``aggregate``, window rules).  ``alternative``: the exponent
+    distance a > 0 of the violation to detect (default ``max(0.25, 2 × tolerance)``): q_claim + a for
+    ``at_least``, q_claim ± a for ``equals`` and ±a for ``zero``; its power is on the Check.
 
-    Returns the passing :class:`Check`; raises ``AssertionError`` with a table when it fails.
+    Returns the :class:`Check`; raises ``AssertionError`` with a table when it fails (or, with
+    ``strict``, when it is INCONCLUSIVE; else it warns with
+    :class:`~transformer_limits.verify.InconclusiveWarning`).
     """
+    import warnings
+
     if check not in CHECKS:
         raise ValueError(f"check must be one of {', '.join(CHECKS)}; got {check!r}")
+    distance = max(DEFAULT_ALTERNATIVE, 2 * tolerance) if alternative is None else float(alternative)
+    if not (np.isfinite(distance) and distance > 0):
+        raise ValueError(f"alternative must be a finite exponent distance > 0, got {alternative!r}")
     if isinstance(params, dict) and len(params) == 1 and param is None:
         param = next(iter(params))
     if isinstance(claim, str):
@@ -117,11 +139,16 @@ def assert_rate(
     fit = fit_power_law(params, errors, param=param, expected=None if check == "zero" else expected,
                         **fit_options)
     if check == "at_least":
-        result = rate_at_least(fit, claim, alpha)
+        result = rate_at_least(fit, claim, alpha, alternative=expected + distance)
     elif check == "equals":
-        result = exponent_equals(fit, claim, alpha, tolerance=tolerance)
+        result = exponent_equals(fit, claim, alpha, tolerance=tolerance, alternative=expected + distance)
     else:
-        result = slope_zero(fit, alpha, tolerance=tolerance)
+        result = slope_zero(fit, alpha, tolerance=tolerance, alternative=distance)
     if not result.passed:
         raise AssertionError("rate claim failed\n" + format_rate_table(fit, result))
+    if result.state == "inconclusive":
+        text = "rate claim inconclusive (not contradicted, too little power)\n" + format_rate_table(fit, result)
+        if strict:
+            raise AssertionError(text)
+        warnings.warn(text, InconclusiveWarning, stacklevel=2)
     return result

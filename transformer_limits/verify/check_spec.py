@@ -1,5 +1,6 @@
 """A check declared once: its name, the claim it tests, the verdict that decides it, its
-false-failure rate and its tolerance.
+false-failure rate, its tolerance and the alternative (the violation it must detect, against which
+its power is reported).
 
 An :class:`~transformer_limits.verify.experiment.Experiment` lists its checks as ``CheckSpec``
 objects (``checks=(...)``).  The experiment's ``run`` reads ``alpha`` and ``tolerance`` from the
@@ -32,6 +33,11 @@ class CheckSpec:
         verdict    the test that decides it, e.g. "exponent_equals", "rate_at_least", "deterministic"
         alpha      the false-failure rate (0.0 for a deterministic check; None: not declared)
         tolerance  the declared tolerance of the verdict (e.g. |q − q₀| ≤ tolerance); None: none
+        alternative       the violation the check must detect, as a value of the tested quantity
+                   (an exponent q₁ for an exponent check, Δβ₁ < 0 for an ordering, a slope for a
+                   trend); the run reports its power against it (docs/verification.md, "Power");
+                   None for a deterministic check whose rule rejects every violation
+        alternative_text  that violation in words (recorded on the Check when run() leaves it empty)
     """
 
     name: str
@@ -39,6 +45,8 @@ class CheckSpec:
     verdict: str = ""
     alpha: float | None = None
     tolerance: float | None = None
+    alternative: float | None = None
+    alternative_text: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or any(c.isspace() for c in self.name):
@@ -48,6 +56,9 @@ class CheckSpec:
         if self.tolerance is not None and not (isinstance(self.tolerance, (int, float))
                                                and math.isfinite(self.tolerance) and self.tolerance >= 0):
             raise ValueError(f"tolerance must be None or a finite number >= 0, got {self.tolerance!r}")
+        if self.alternative is not None and not (isinstance(self.alternative, (int, float))
+                                                 and math.isfinite(self.alternative)):
+            raise ValueError(f"alternative must be None or a finite number, got {self.alternative!r}")
 
     @property
     def required_alpha(self) -> float:
@@ -63,6 +74,13 @@ class CheckSpec:
             raise ValueError(f"check {self.name} declares no tolerance, but its run needs one")
         return self.tolerance
 
+    @property
+    def required_alternative(self) -> float:
+        """The declared ``alternative``, for a check whose run computes a power (ValueError if undeclared)."""
+        if self.alternative is None:
+            raise ValueError(f"check {self.name} declares no alternative, but its run needs one")
+        return float(self.alternative)
+
     @classmethod
     def of(cls, item: "CheckSpec | str") -> "CheckSpec":
         """``item`` itself, or ``CheckSpec(item)`` for a bare name (a check with nothing else declared)."""
@@ -74,7 +92,8 @@ class CheckSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "claim": self.claim, "verdict": self.verdict, "alpha": self.alpha,
-                "tolerance": self.tolerance}
+                "tolerance": self.tolerance, "alternative": self.alternative,
+                "alternative_text": self.alternative_text}
 
 
 def declaration_errors(specs: Sequence[CheckSpec], checks: Iterable[Any]) -> list[str]:
@@ -104,9 +123,12 @@ def declaration_errors(specs: Sequence[CheckSpec], checks: Iterable[Any]) -> lis
 
 
 def apply_declarations(specs: Sequence[CheckSpec], checks: Iterable[Any]) -> None:
-    """Give every check whose ``claim`` is empty the claim text of its declaration (in place)."""
+    """Give every check whose ``claim`` (``alternative``) is empty the claim text (alternative text) of
+    its declaration (in place)."""
     declared = {s.name: s for s in specs}
     for check in checks:
         spec = declared.get(check.name)
         if spec is not None and not check.claim:
             check.claim = spec.claim
+        if spec is not None and not check.alternative and spec.alternative_text:
+            check.alternative = spec.alternative_text

@@ -15,6 +15,7 @@ see ``docs/extending.md`` for the whole recipe.
 from __future__ import annotations
 
 import numbers
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -23,9 +24,11 @@ from transformer_limits.numeric.precision import PRECISIONS
 from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.verdicts import Check
 
-__all__ = ["Experiment", "ExperimentConfig", "ExperimentResult", "Figure", "PrecisionError", "PROFILES"]
+__all__ = ["EXPERIMENT_NAME", "Experiment", "ExperimentConfig", "ExperimentResult", "Figure", "PrecisionError", "PROFILES"]
 
 PROFILES = ("quick", "full")
+#: what an experiment name may be: it is a folder name in reports (never "", ".", ".." or a path)
+EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,9 @@ class ExperimentResult:
                     inputs found by the sup-over-inputs ascent, as arrays)
         provenance  what only the run knows (per-point seeds, phase seconds); run_experiment adds
                     seed, settings and timings, the report versions, git commit and config hash
-        error       None, or one line saying why the run crashed or broke its declarations (set by
-                    run_experiment; a traceback is in notes): status "error", neither a pass nor
-                    a failed check.
+        error       None, or one line saying why the run crashed, broke its declarations or returned
+                    an invalid result (set by run_experiment; a traceback is in notes): status
+                    "error", neither a pass nor a failed check.
     """
 
     experiment: str
@@ -112,19 +115,28 @@ class ExperimentResult:
 
     @property
     def passed(self) -> bool:
-        """Every check passed and the run did not crash."""
-        return self.error is None and all(c.passed for c in self.checks)
+        """Every check passed with power (state ``pass``) and the run did not crash."""
+        return self.status == "pass"
 
     @property
     def status(self) -> str:
-        """``"pass"``, ``"fail"`` (a check failed: the data contradict the claim) or ``"error"`` (crashed)."""
+        """``"error"`` (crashed or invalid), ``"fail"`` (a check failed: the data contradict the claim),
+        ``"inconclusive"`` (nothing contradicted, but some check had power below 0.8 against its
+        alternative, or none stated) or ``"pass"`` (every check passed with power)."""
         if self.error is not None:
             return "error"
-        return "pass" if self.passed else "fail"
+        states = {c.state for c in self.checks}
+        if "fail" in states:
+            return "fail"
+        return "inconclusive" if "inconclusive" in states else "pass"
 
     @property
     def failed_checks(self) -> list[Check]:
         return [c for c in self.checks if not c.passed]
+
+    @property
+    def inconclusive_checks(self) -> list[Check]:
+        return [c for c in self.checks if c.state == "inconclusive"]
 
 
 @dataclass(frozen=True)
@@ -171,6 +183,10 @@ class Experiment:
     precision_probe: Callable[[ExperimentConfig], "PrecisionError"] | None = None
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.name, str) and EXPERIMENT_NAME.fullmatch(self.name)):
+            # the name is a folder of a report (--out/<name>/): it must not leave --out or be "." / ".."
+            raise ValueError(f"experiment name must be letters, digits, '-', '_' or '.' starting with a letter or "
+                             f"digit (it names a report folder), got {self.name!r}")
         bad = [p for p in self.precisions if p not in PRECISIONS]
         if bad or "float64" not in self.precisions:
             raise ValueError(f"precisions must include float64 and only {', '.join(PRECISIONS)}, "

@@ -47,12 +47,15 @@ import numpy as np
 
 from transformer_limits.errors import InputError
 from transformer_limits.resource_limits import check_bootstrap
+from transformer_limits.verify.rate_claim_grammar import UnknownParameterError
 from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
-from transformer_limits.verify.rate_data import RateData, level_text, read_rate_data
+from transformer_limits.verify.rate_data import RateData, check_claim_range, level_text, read_rate_data
 
 __all__ = ["MIN_LINE_LEVELS", "RateCheckResult", "rate_check"]
 
 DEFAULT_ALPHA = 0.01
+#: the violation each check of a rate check must detect by default: an exponent 0.25 slower than claimed
+DEFAULT_ALTERNATIVE = 0.25
 #: levels a line needs to be tested (a 2-level line has no t-interval: bootstrap only)
 MIN_LINE_LEVELS = 3
 #: fewest bootstrap resamples (the one-sided bounds sit at the α/n_lines quantile)
@@ -121,7 +124,8 @@ def _exponent_testable(claim: RateClaim, p: str) -> str | None:
 class RateCheckResult:
     """The outcome of :func:`rate_check`: an :class:`ExperimentResult` plus what the report needs.
 
-    ``passed``: every check passed; ``checks``: the verdicts; ``constants``: the fitted C_k;
+    ``passed``: every check passed with power (``status`` pass; ``inconclusive``: none failed but
+    some had power below 0.8); ``checks``: the verdicts; ``constants``: the fitted C_k;
     :meth:`payload` is the ``results.json`` object, :meth:`write` writes the report folder, and
     Jupyter renders the verdicts and plots (``_repr_html_``).
     """
@@ -159,7 +163,7 @@ class RateCheckResult:
         return write_experiment_report(self.result, out_dir, self.experiment, self.config)
 
     def __repr__(self) -> str:
-        verdicts = ", ".join(f"{c.name} {'pass' if c.passed else 'FAIL'}" for c in self.checks)
+        verdicts = ", ".join(f"{c.name} {c.state if c.state != 'fail' else 'FAIL'}" for c in self.checks)
         return f"RateCheckResult({self.claim.expression()!r} on {self.data.source}: {self.status}; {verdicts})"
 
     def _repr_html_(self) -> str:
@@ -168,13 +172,14 @@ class RateCheckResult:
         from transformer_limits.verify.report import _check_rows, _e, _fit_summary, _html_table, _summary_line
 
         payload = self.payload()
-        head, rows, passed = _check_rows(payload["checks"])
+        head, rows, states = _check_rows(payload["checks"])
         status = payload["status"]
-        colour = {"pass": "#2e7d32", "fail": "#c62828"}.get(status, "#e65100")
+        colour = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#8d6e00"}.get(status, "#e65100")
         out = [f'<div class="tl-rate-check"><p><b style="color:#fff;background:{colour};padding:.15em .5em;'
                f'border-radius:4px">{_e(_summary_line(payload))}</b> {_e(payload["title"])}</p>',
-               _html_table(head, rows, ["pass" if p else "fail" for p in passed])
-               .replace('<tr class="fail">', '<tr class="fail" style="background:#fbe3e3">'),
+               _html_table(head, rows, states)
+               .replace('<tr class="fail">', '<tr class="fail" style="background:#fbe3e3">')
+               .replace('<tr class="inconclusive">', '<tr class="inconclusive" style="background:#fff6d5">'),
                f"<p>constants: {_e(_fit_summary(payload['fits']['claim_constants']))}</p>"]
         out += [f"<p>{_e(n)}</p>" for n in payload["notes"]]
         for fig in self.result.figures:
@@ -200,6 +205,8 @@ def _parse_claim(claim: Any, params: Sequence[str] | None) -> RateClaim:
         raise ValueError(f"claim must be a claim string such as 'L^-1 + L^-1/3 H^-1/2', got {type(claim).__name__}")
     try:
         return parse_rate_claim(claim, params=params)
+    except UnknownParameterError as exc:  # keeps the symbol, so the CLI can say how to supply it
+        raise UnknownParameterError(f"claim: {exc}", exc.name, exc.params) from None
     except ValueError as exc:
         raise InputError(f"claim: {exc}") from None
 
@@ -246,7 +253,7 @@ def _check_options(params: Sequence[str] | None, error: str, seed_column: str | 
 def rate_check(data: Any, claim: str | RateClaim, *, params: Sequence[str] | None = None, error: str = "error",
                seed_column: str | None = None, alpha: float = DEFAULT_ALPHA, n_boot: int | None = None,
                seed: int = 0, window: str = "all", noise_floor: float | None = None,
-               aggregate: str = "mean") -> RateCheckResult:
+               aggregate: str = "mean", alternative: float = DEFAULT_ALTERNATIVE) -> RateCheckResult:
     """Check ``claim`` (e.g. ``"L^-1 + L^-1/3 H^-1/2"``) on long-format data (see the module docstring).
 
     ``data``: a CSV path or a mapping column -> 1-D values (:func:`read_rate_data`); ``params``: the
@@ -260,6 +267,8 @@ def rate_check(data: Any, claim: str | RateClaim, *, params: Sequence[str] | Non
     for the data and the claim) naming the bad argument, before any fit.
     """
     _check_options(params, error, seed_column, alpha, n_boot, seed, window, noise_floor, aggregate)
+    if not (isinstance(alternative, numbers.Real) and math.isfinite(alternative) and alternative > 0):
+        raise ValueError(f"alternative must be a finite exponent distance > 0, got {alternative!r}")
     rate_claim = _parse_claim(claim, None if params is None else list(params))
     names = list(params) if params is not None else list(rate_claim.parameters)
     if not names:
@@ -270,6 +279,7 @@ def rate_check(data: Any, claim: str | RateClaim, *, params: Sequence[str] | Non
     if seed_column is not None and seed_column == error:
         raise ValueError(f"seed_column and error are the same column {error!r}")
     rd = read_rate_data(data, names, error=error, seed_column=seed_column)
+    check_claim_range(rd, rate_claim)  # overflow in a fit is refused here, naming the term and the point
     if rd.n_points <= len(rate_claim.terms):
         raise InputError(f"{rd.source}: too few points for the fit: {rd.n_points} point(s) cannot test a claim "
                          f"with {len(rate_claim.terms)} constant(s) (need more points than constants)")
@@ -282,32 +292,18 @@ def rate_check(data: Any, claim: str | RateClaim, *, params: Sequence[str] | Non
                              f"{short[0]!r} with the other parameters fixed (give a sweep in {short[0]}, or a "
                              "complete grid in two parameters)")
     return _analyse(rd, rate_claim, names, lines, grid, alpha=alpha, n_boot=n_boot, seed=int(seed),
-                    window=window, noise_floor=noise_floor, aggregate=aggregate)
-
-
-def _combined(name: str, text: str, expected: float, checks: list, alpha: float, sides: str,
-              labels: list[str]) -> Any:
-    """One :class:`Check` from per-line checks at α/n each (Bonferroni): fails when any fails."""
-    from transformer_limits.verify.verdicts import Check
-
-    passed = all(c.passed for c in checks)
-    worst = max(range(len(checks)), key=lambda k: checks[k].ci[0])
-    stats = {"alpha": alpha, "false_failure_rate": alpha, "sides": sides, "method": checks[worst].statistics["method"],
-             "alpha_per_line": alpha / len(checks), "worst_line": labels[worst],
-             "per_line": {lab: c.to_dict() for lab, c in zip(labels, checks)}}
-    note = "" if passed else "; ".join(f"{lab}: {c.note}" for lab, c in zip(labels, checks) if not c.passed)
-    return Check(name, text, expected, checks[worst].measured, checks[worst].ci, passed, stats, note)
+                    window=window, noise_floor=noise_floor, aggregate=aggregate, alternative=float(alternative))
 
 
 def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, list[_Line]], grid: bool, *,
              alpha: float, n_boot: int | None, seed: int, window: str, noise_floor: float | None,
-             aggregate: str) -> RateCheckResult:
+             aggregate: str, alternative: float) -> RateCheckResult:
     from transformer_limits.verify.check_spec import CheckSpec
     from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
     from transformer_limits.verify.stats.multi_term import fit_rate_claim
     from transformer_limits.verify.stats.power_law import fit_power_law
     from transformer_limits.verify.rate_plots import RateSeries, grid_heatmap, rate_figure
-    from transformer_limits.verify.verdicts import Check, fit_adequate, rate_at_least
+    from transformer_limits.verify.verdicts import Check, attach_power, bonferroni_family, fit_adequate, rate_at_least
 
     boot: dict[str, Any] = {} if n_boot is None else {"n_boot": int(n_boot)}  # only a given n_boot is passed on
     table = {p: rd.params[p] for p in claim.parameters}
@@ -319,7 +315,7 @@ def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, 
 
     # -- rate_bound_holds: err / (fitted claim) must not grow in any parameter --------------------
     if grid:
-        from transformer_limits.verify.stats.ratio_trend import ratio_trend
+        from transformer_limits.verify.stats.ratio_trend import ratio_trend, trend_power
 
         p1, p2 = names
         g1, g2 = np.unique(rd.params[p1]), np.unique(rd.params[p2])
@@ -341,9 +337,14 @@ def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, 
                  "design": "complete grid: log r̄ = a + s_1 log p_1 + s_2 log p_2 over all cells",
                  "slopes": slopes, "dof": trend["dof"], "rms_log_residual": trend["rms_log_residual"],
                  "worst_slope": f"s_{worst}"}
-        checks.append(Check("rate_bound_holds", f"err = O({expression}): err / (fitted claim) does not grow in "
-                            f"{p1} or {p2} over the grid", 0.0, slopes[worst]["slope"],
-                            (slopes[worst]["lower"], math.inf), passed, stats, note))
+        bound = Check("rate_bound_holds", f"err = O({expression}): err / (fitted claim) does not grow in "
+                      f"{p1} or {p2} over the grid", 0.0, slopes[worst]["slope"],
+                      (slopes[worst]["lower"], math.inf), passed, stats, note)
+        power = trend_power(trend, alternative)
+        stats["power_per_slope"] = {names[0]: power["per_slope"]["L"], names[1]: power["per_slope"]["H"]}
+        checks.append(attach_power(bound, power["power"], f"err / claim growing like {p1}^{alternative:g} or "
+                                   f"{p2}^{alternative:g}", distance=alternative, half_width=power["half_width"],
+                                   se=power["se"]))
         bound_rows = [{"parameter": k, "design": "joint regression over the grid", "slope": s["slope"],
                        f"lower_{1 - alpha / 2:g}_bound": s["lower"]} for k, s in slopes.items()]
     else:
@@ -352,12 +353,12 @@ def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, 
         for ln in tested:
             fit = fit_power_law({ln.param: rd.params[ln.param][ln.idx]}, ratio[ln.idx], window="all", seed=seed,
                                 aggregate=aggregate, **boot)
-            chk = rate_at_least(fit, 0.0, alpha / len(tested))
+            chk = rate_at_least(fit, 0.0, alpha / len(tested), alternative=alternative)
             per_line.append(chk)
             labels.append(f"along {ln.param} at {ln.label}")
             bound_rows.append({"parameter": ln.param, "design": f"line at {ln.label}", "slope": chk.measured,
                                f"lower_{1 - alpha / len(tested):g}_bound": chk.ci[0], "pass": chk.passed})
-        checks.append(_combined(
+        checks.append(bonferroni_family(
             "rate_bound_holds", f"err = O({expression}): err / (fitted claim) does not grow along any line "
             f"({len(tested)} lines)", 0.0, per_line, alpha,
             "one-sided per line (lower bound of the slope of err / claim), Bonferroni over the lines", labels))
@@ -379,13 +380,14 @@ def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, 
             continue
         q_exact = claim.leading_exponent(p)
         q = float(q_exact)
-        per_line = [rate_at_least(line_fits[p, ln.label], claim, alpha / len(tested)) for ln in tested]
+        per_line = [rate_at_least(line_fits[p, ln.label], claim, alpha / len(tested), alternative=q + alternative)
+                    for ln in tested]
         labels = [f"along {p} at {ln.label}" for ln in tested]
         for ln, chk in zip(tested, per_line):
             exponent_rows.append({"parameter": p, "line": ln.label, "levels": int(ln.idx.size),
                                   "fitted_exponent": chk.measured, "claimed_slowest": q,
                                   f"lower_{1 - alpha / len(tested):g}_bound": chk.ci[0], "pass": chk.passed})
-        checks.append(_combined(
+        checks.append(bonferroni_family(
             f"exponent_{p}", f"err decays in {p} at least like {p}^{q_exact} (slowest term "
             f"{claim.leading_term(p)}) on every line in {p}", q, per_line, alpha,
             "one-sided per line (lower bound of q), Bonferroni over the lines", labels))

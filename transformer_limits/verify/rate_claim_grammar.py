@@ -22,8 +22,10 @@ import re
 from fractions import Fraction
 from typing import Sequence
 
+from transformer_limits.errors import InputError
+
 __all__ = ["MAX_CLAIM_LENGTH", "MAX_NESTING", "MAX_ABS_EXPONENT", "MAX_DENOMINATOR", "MAX_NUMBER_CHARS",
-           "COEFFICIENT_NAME", "IDENT", "RESERVED", "ClaimParser", "format_power"]
+           "COEFFICIENT_NAME", "IDENT", "RESERVED", "ClaimParser", "UnknownParameterError", "format_power"]
 
 COEFFICIENT_NAME = re.compile(r"[Cc](_?\w*)?\Z")
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -43,6 +45,15 @@ MAX_ABS_EXPONENT = 100
 #: so ``1e999`` (or ``1e999999999``, which would build a 10^9-digit integer) is refused up front
 MAX_NUMBER_CHARS = 24
 NUMBER_PARTS = re.compile(r"(?P<mantissa>\d*\.?\d*)(?:[eE](?P<exp>[+-]?\d+))?\Z")
+
+
+class UnknownParameterError(InputError):
+    """A claim symbol that is not among the given ``params``: ``name`` is the symbol, ``params`` the
+    names given, so a caller can say how to supply it (``rate check`` names ``--param``)."""
+
+    def __init__(self, message: str, name: str, params: Sequence[str]) -> None:
+        super().__init__(message)
+        self.name, self.params = name, list(params)
 
 
 def format_power(value: Fraction) -> str:
@@ -148,6 +159,10 @@ class ClaimParser:
         if tok is not None and tok[0] == "name" and self.is_coefficient(tok[1]):
             nxt = self.peek(1)
             if not (nxt is not None and nxt[1] == "("):
+                if nxt is not None and nxt[1] == "^":  # "m^-1": a power of a symbol, not a coefficient
+                    self.check_parameter(tok[1], tok[2])
+                    raise self.error(f"coefficient name {tok[1]!r} with an exponent (a coefficient is a "
+                                     "constant to fit; names like C, C1, c_2 are coefficients)", tok[2])
                 coefficient = tok[1]
                 self.i += 1
                 self.accept("*")
@@ -239,7 +254,8 @@ class ClaimParser:
 
     def check_parameter(self, name: str, pos: int) -> None:
         if self.params is not None and name not in self.params:
-            raise self.error(f"unknown parameter {name!r} (params are {sorted(self.params)})", pos)
+            error = self.error(f"unknown parameter {name!r} (params are {sorted(self.params)})", pos)
+            raise UnknownParameterError(str(error), name, sorted(self.params))
 
     # exponent := signed-ratio | '(' signed-ratio ')' | '{' signed-ratio '}'
     def exponent(self) -> Fraction:

@@ -19,16 +19,22 @@ import math
 import numbers
 import os
 from dataclasses import dataclass
-from pathlib import Path
+from itertools import compress
+from operator import itemgetter
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from transformer_limits.errors import InputError
+from transformer_limits.input_files import read_regular_file
 
-__all__ = ["RateData", "read_rate_data", "level_text"]
+__all__ = ["ERROR_MIN", "ERROR_MAX", "TERM_MIN", "TERM_MAX", "TERM_SPREAD_MAX", "RateData", "check_claim_range", "read_rate_data",
+           "level_text"]
 
-
+#: the range of errors the fits handle in float64: they square, sum and divide errors (an error of
+#: 1e308 overflows the mean of two seeds, one of 1e-160 underflows its square), so 1e±150 leaves room
+#: for sums over millions of seeds and for constants up to 1e±150 times the claim's terms
+ERROR_MIN, ERROR_MAX = 1e-150, 1e150
 
 
 @dataclass(frozen=True)
@@ -67,16 +73,30 @@ def level_text(value: float) -> str:
     return f"{float(value):g}"
 
 
-def _read_csv(path: str) -> tuple[dict[str, list[str]], list[str], str]:
-    """Columns (name -> cells), a location per data row (``line N``) and the file's SHA-256."""
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, not a CSV file")
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+class _FileLines:
+    """The file line of each data row (a quoted cell may span lines), found on first use: only
+    messages need it, so a valid file is not scanned twice."""
+
+    def __init__(self, text: str, raw_rows: list[int]) -> None:
+        self.text, self.raw_rows = text, raw_rows
+        self.lines: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.raw_rows)
+
+    def __getitem__(self, i: int) -> int:
+        if self.lines is None:
+            reader = csv.reader(io.StringIO(self.text, newline=""))
+            self.lines = [reader.line_num for _ in reader]
+        return self.lines[self.raw_rows[i]]
+
+
+def _read_csv(path: str) -> tuple[dict[str, list[str]], _FileLines, str]:
+    """Columns (name -> stripped cells), the file line of each data row and the file's SHA-256.
+
+    Every step is a C-level pass over the rows (``list(reader)``, ``zip``, ``map``); the per-row
+    Python loops run only to locate an error."""
+    raw = read_regular_file(path, "a CSV file")  # refuses folders, FIFOs and devices before reading
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -86,37 +106,37 @@ def _read_csv(path: str) -> tuple[dict[str, list[str]], list[str], str]:
     if not text.strip():
         raise InputError(f"{path}: empty file (expected a header line naming the columns, then data rows)")
     reader = csv.reader(io.StringIO(text, newline=""))
-    rows: list[tuple[int, list[str]]] = []
     try:
-        for row in reader:
-            if any(cell.strip() for cell in row):  # blank lines are skipped
-                rows.append((reader.line_num, [cell.strip() for cell in row]))
+        all_rows = list(reader)
     except csv.Error as exc:
         raise InputError(f"{path}: line {reader.line_num}: malformed CSV ({exc})") from None
-    if not rows:
+    # blank lines (no cell, or only empty or blank cells) are skipped
+    kept = list(compress(range(len(all_rows)), map(str.strip, map("".join, all_rows))))
+    if not kept:
         raise InputError(f"{path}: empty file (only blank lines; expected a header line naming the columns)")
-    (header_line, header), body = rows[0], rows[1:]
+    lines = _FileLines(text, kept)
+    header = [cell.strip() for cell in all_rows[kept[0]]]
     if all(_is_number(c) for c in header if c):
-        raise InputError(f"{path}: line {header_line} has no header: the first line must name the columns "
+        raise InputError(f"{path}: line {lines[0]} has no header: the first line must name the columns "
                          f"(e.g. L,H,seed,error), found {','.join(header)}")
     empty = [k + 1 for k, c in enumerate(header) if not c]
     if empty:
-        raise InputError(f"{path}: line {header_line}: header column {empty[0]} has no name")
+        raise InputError(f"{path}: line {lines[0]}: header column {empty[0]} has no name")
     duplicates = sorted({c for c in header if header.count(c) > 1})
     if duplicates:
-        raise InputError(f"{path}: line {header_line}: duplicate column name(s) "
+        raise InputError(f"{path}: line {lines[0]}: duplicate column name(s) "
                          f"{', '.join(repr(c) for c in duplicates)} in the header")
-    if not body:
+    if len(kept) == 1:
         raise InputError(f"{path}: no data rows (only the header line)")
-    columns: dict[str, list[str]] = {c: [] for c in header}
-    where = []
-    for line, row in body:
-        if len(row) != len(header):
-            raise InputError(f"{path}: line {line}: {len(row)} fields, but the header has {len(header)}")
-        for c, cell in zip(header, row):
-            columns[c].append(cell)
-        where.append(f"line {line}")
-    return columns, where, hashlib.sha256(raw).hexdigest()
+    body = [all_rows[k] for k in kept[1:]]
+    width = len(header)
+    if set(map(len, body)) != {width}:
+        k = next(k for k, row in enumerate(body) if len(row) != width)
+        raise InputError(f"{path}: line {lines[k + 1]}: {len(body[k])} fields, but the header has {width}")
+    # column by column (zip(*body) would unpack a million rows into one call's arguments)
+    columns = {c: list(map(str.strip, map(itemgetter(j), body))) for j, c in enumerate(header)}
+    lines.raw_rows = kept[1:]
+    return columns, lines, hashlib.sha256(raw).hexdigest()
 
 
 def _is_number(text: str) -> bool:
@@ -127,7 +147,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _mapping_columns(data: Mapping[str, Any]) -> tuple[dict[str, list[Any]], list[str], str]:
+def _mapping_columns(data: Mapping[str, Any]) -> tuple[dict[str, list[Any]], range, str]:
     columns: dict[str, list[Any]] = {}
     for name, values in data.items():
         if not isinstance(name, str) or not name:
@@ -144,14 +164,17 @@ def _mapping_columns(data: Mapping[str, Any]) -> tuple[dict[str, list[Any]], lis
     if n == 0:
         raise ValueError("data: no rows")
     digest = hashlib.sha256(repr(sorted((k, [repr(x) for x in v]) for k, v in columns.items())).encode()).hexdigest()
-    return columns, [f"row {i}" for i in range(n)], digest
+    return columns, range(n), digest
 
 
 def _number(cell: Any, source: str, where: str, column: str) -> float:
     if isinstance(cell, (bool, np.bool_)):
         raise InputError(f"{source}: {where}: column {column!r}: {cell!r} is not a number")
     if isinstance(cell, numbers.Real):
-        return float(cell)
+        try:
+            return float(cell)
+        except OverflowError:  # an integer beyond float64: refused as not finite
+            return math.inf
     text = str(cell).strip()
     if not text:
         raise InputError(f"{source}: {where}: column {column!r} is empty")
@@ -176,26 +199,75 @@ def _seed_order(label: str) -> tuple:
         return (1, 0.0, label)
 
 
+def _floats(cells: list[Any], texts: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, unreadable)``: the cells as float64 and a mask of the cells :func:`_number` refuses
+    (their value is NaN).  CSV cells (``texts``) are converted by ``float`` in one C-level pass."""
+    if texts:
+        try:
+            return np.fromiter(map(float, cells), np.float64, len(cells)), np.zeros(len(cells), bool)
+        except ValueError:
+            pass  # an unreadable cell: find it cell by cell below
+    values = np.full(len(cells), np.nan)
+    bad = np.zeros(len(cells), bool)
+    for i, cell in enumerate(cells):
+        if isinstance(cell, (bool, np.bool_)) or not (isinstance(cell, numbers.Real) or str(cell).strip()):
+            bad[i] = True
+            continue
+        try:
+            values[i] = float(cell) if isinstance(cell, numbers.Real) else float(str(cell).strip())
+        except OverflowError:
+            values[i] = math.inf
+        except ValueError:
+            bad[i] = True
+    return values, bad
+
+
+def _check_row(source: str, where: str, row: dict[str, Any], params: Sequence[str], error: str) -> None:
+    """The message of a bad row (checked in the order of the columns: parameters, then the error)."""
+    for p in params:
+        v = _number(row[p], source, where, p)
+        if not (math.isfinite(v) and v > 0):
+            raise InputError(f"{source}: {where}: parameter {p!r} = {row[p]!r}: parameters must be finite and > 0")
+    e = _number(row[error], source, where, error)
+    if not math.isfinite(e):
+        raise InputError(f"{source}: {where}: error column {error!r} = {row[error]!r} is not finite")
+    if e <= 0:
+        raise InputError(f"{source}: {where}: error column {error!r} = {row[error]!r}: "
+                         "errors must be > 0 (rates are fitted on log scale)")
+    raise InputError(f"{source}: {where}: error column {error!r} = {row[error]!r} is outside "
+                     f"[{ERROR_MIN:g}, {ERROR_MAX:g}], the range the fits handle in float64 (they square "
+                     "and sum errors): rescale the error column")
+
+
 def read_rate_data(data: Any, params: Sequence[str], *, error: str = "error",
                    seed_column: str | None = None) -> RateData:
     """Group long-format rows into a :class:`RateData`.
 
     ``data``: a CSV path (``str``/``PathLike``; header line, then one row per point and seed) or a
     mapping column name -> 1-D values.  ``params``: the parameter columns (values finite and > 0,
-    at least 2 levels each); ``error``: the error column (finite and > 0); ``seed_column``: the seed
-    labels (``None``: a column named ``seed`` if there is one, else the rows of a point are its
-    seeds in file order).  Every point needs the same number (>= 2) of seeds and no (point, seed)
-    pair may repeat.  Raises :class:`~transformer_limits.errors.InputError` (a ``ValueError``): one
-    line naming the file and line (or ``data[...]``) and the column.
+    at least 2 levels each); ``error``: the error column (finite, within
+    [:data:`ERROR_MIN`, :data:`ERROR_MAX`]); ``seed_column``: the seed labels (``None``: a column
+    named ``seed`` if there is one, else the rows of a point are its seeds in file order).  Every
+    point needs the same number (>= 2) of seeds and no (point, seed) pair may repeat.  A CSV path
+    must be a regular file (not a folder, FIFO or device).  Raises
+    :class:`~transformer_limits.errors.InputError` (a ``ValueError``): one line naming the file and
+    line (or ``data[...]``) and the column.  Time and memory are linear in the number of rows.
     """
+    numbers_: _FileLines | range  # the line (CSV) or row (mapping) of each data row, for messages
     if isinstance(data, (str, os.PathLike)):
         source = os.fspath(data)
-        columns, where, digest = _read_csv(source)
+        columns, numbers_, digest = _read_csv(source)
+        unit, texts = "line", True
     elif isinstance(data, Mapping):
         source = "data"
-        columns, where, digest = _mapping_columns(data)
+        columns, numbers_, digest = _mapping_columns(data)
+        unit, texts = "row", False
     else:
         raise ValueError(f"data must be a CSV path or a mapping column name -> values, got {type(data).__name__}")
+
+    def where(i: int) -> str:
+        return f"{unit} {numbers_[i]}"
+
     have = list(columns)
     explicit_seed = seed_column is not None
     if seed_column is None and "seed" in columns and "seed" not in params and error != "seed":
@@ -207,62 +279,127 @@ def read_rate_data(data: Any, params: Sequence[str], *, error: str = "error",
         if name not in columns:
             raise InputError(f"{source}: missing column {name!r} ({role}; the columns are "
                              f"{', '.join(repr(c) for c in have)})")
-    n = len(where)
-    table = {p: np.empty(n) for p in params}
-    errors = np.empty(n)
-    for i in range(n):
-        for p in params:
-            v = _number(columns[p][i], source, where[i], p)
-            if not (math.isfinite(v) and v > 0):
-                raise InputError(f"{source}: {where[i]}: parameter {p!r} = {columns[p][i]!r}: "
-                                 "parameters must be finite and > 0")
-            table[p][i] = v
-        e = _number(columns[error][i], source, where[i], error)
-        if not math.isfinite(e):
-            raise InputError(f"{source}: {where[i]}: error column {error!r} = {columns[error][i]!r} is not finite")
-        if e <= 0:
-            raise InputError(f"{source}: {where[i]}: error column {error!r} = {columns[error][i]!r}: "
-                             "errors must be > 0 (rates are fitted on log scale)")
-        errors[i] = e
+    n = len(numbers_)
+    # vectorised checks; the first bad row (in file order) is then re-checked alone for its message
+    bad = np.zeros(n, bool)
+    table = {}
+    for p in params:
+        table[p], unreadable = _floats(columns[p], texts)
+        with np.errstate(invalid="ignore"):
+            bad |= unreadable | ~(np.isfinite(table[p]) & (table[p] > 0))
+    errors, unreadable = _floats(columns[error], texts)
+    with np.errstate(invalid="ignore"):
+        bad |= unreadable | ~((errors >= ERROR_MIN) & (errors <= ERROR_MAX))
+    if bad.any():
+        i = int(np.argmax(bad))
+        _check_row(source, where(i), {c: columns[c][i] for c in (*params, error)}, params, error)
     for p in params:
         levels = np.unique(table[p])
         if levels.size < 2:
             raise InputError(f"{source}: parameter {p!r} has only one level ({level_text(levels[0])}): a rate needs "
                              "at least 2 levels of every parameter")
-    points: dict[tuple[float, ...], list[tuple[str, float, str]]] = {}
-    for i in range(n):
-        key = tuple(float(table[p][i]) for p in params)
-        if seed_column is None:
-            label = str(len(points.get(key, [])))
-        else:
-            label = _seed_label(columns[seed_column][i])
-            if not label:
-                raise InputError(f"{source}: {where[i]}: seed column {seed_column!r} is empty")
-        entries = points.setdefault(key, [])
-        for other_label, _, other_where in entries:
-            if other_label == label:
-                point = ", ".join(f"{p}={level_text(v)}" for p, v in zip(params, key))
-                raise InputError(f"{source}: {other_where} and {where[i]}: two rows for {point}, seed {label!r} "
-                                 "(is a column that tells them apart missing from the parameters?)")
-        entries.append((label, float(errors[i]), where[i]))
-    keys = sorted(points)
-    counts = [len(points[k]) for k in keys]
+    # points: rows sorted by the parameters (lexicographic, first parameter first), equal rows one point
+    keys = np.column_stack([table[p] for p in params])
+    order = np.lexsort(keys.T[::-1])
+    new_point = np.ones(n, bool)
+    new_point[1:] = np.any(keys[order[1:]] != keys[order[:-1]], axis=1)
+    point = np.empty(n, np.intp)
+    point[order] = np.cumsum(new_point) - 1
+    firsts = order[new_point]  # one row of each point, in point order
+    counts = np.bincount(point)
 
-    def label_of(key: tuple[float, ...]) -> str:
-        return ", ".join(f"{p}={level_text(v)}" for p, v in zip(params, key))
+    def label_of(k: int) -> str:
+        return ", ".join(f"{p}={level_text(table[p][firsts[k]])}" for p in params)
 
-    few = next((k for k, c in zip(keys, counts) if c < 2), None)
+    if seed_column is None:  # a point's rows are its seeds 0, 1, ... in file order
+        rank = np.empty(n, np.intp)
+        rank[order] = np.arange(n) - np.repeat(np.flatnonzero(new_point), counts)
+        labels = [str(r) for r in rank.tolist()]
+    else:
+        labels = columns[seed_column] if texts else [_seed_label(cell) for cell in columns[seed_column]]
+        pairs = list(zip(point.tolist(), labels))
+        if not all(labels) or len(set(pairs)) < n:  # hashing: linear in the rows; then find the first
+            seen: dict[tuple[int, str], int] = {}  # (point, seed) -> its first row
+            for i, (k, label) in enumerate(pairs):
+                if not label:
+                    raise InputError(f"{source}: {where(i)}: seed column {seed_column!r} is empty")
+                first = seen.setdefault((k, label), i)
+                if first != i:
+                    raise InputError(f"{source}: {where(first)} and {where(i)}: two rows for {label_of(k)}, seed "
+                                     f"{label!r} (is a column that tells them apart missing from the parameters?)")
+    few = next((k for k, c in enumerate(counts) if c < 2), None)
     if few is not None:
         raise InputError(f"{source}: too few rows for the fit: point {label_of(few)} has 1 row; every point "
                          "needs at least 2 seeds (the confidence intervals resample seeds)")
-    if len(set(counts)) > 1:
+    if np.unique(counts).size > 1:
         lo, hi = int(np.argmin(counts)), int(np.argmax(counts))
-        raise InputError(f"{source}: points have different numbers of seeds ({counts[lo]} at {label_of(keys[lo])}, "
-                         f"{counts[hi]} at {label_of(keys[hi])}): give every point the same number of seeds")
-    seeds, rows = [], []
-    for k in keys:
-        entries = sorted(points[k], key=lambda t: _seed_order(t[0]))
-        seeds.append([t[0] for t in entries])
-        rows.append([t[1] for t in entries])
-    return RateData({p: np.array([k[j] for k in keys]) for j, p in enumerate(params)}, np.array(rows), seeds,
+        raise InputError(f"{source}: points have different numbers of seeds ({counts[lo]} at {label_of(lo)}, "
+                         f"{counts[hi]} at {label_of(hi)}): give every point the same number of seeds")
+    # within a point, seeds in the order of _seed_order (ranked once over the distinct labels)
+    seed_rank = {label: r for r, label in enumerate(sorted(set(labels), key=_seed_order))}
+    rows = np.lexsort((np.fromiter(map(seed_rank.__getitem__, labels), np.intp, n), point))
+    n_points, n_seeds = counts.size, int(counts[0])
+    ordered = list(map(labels.__getitem__, rows.tolist()))
+    seeds = [ordered[k * n_seeds:(k + 1) * n_seeds] for k in range(n_points)]
+    return RateData({p: table[p][firsts] for p in params}, errors[rows].reshape(n_points, n_seeds), seeds,
                     source, n, error, seed_column, digest)
+
+
+#: the range of each term of a claim at the data's points, and of a term over its point's errors:
+#: the fits divide the terms by the errors and multiply them by the constants in float64 (1e±308)
+TERM_MIN, TERM_MAX = 1e-300, 1e300
+#: the most a term over the errors may vary across the points: the fitted term then stays within this
+#: factor of the errors, and the relative residuals (error / fitted claim) and their squares are finite
+TERM_SPREAD_MAX = 1e150
+
+
+def _flows(log10_value: float) -> str:
+    return "over" if log10_value > 0 else "under"
+
+
+def check_claim_range(data: RateData, claim: Any) -> None:
+    """Refuse a claim (a :class:`~transformer_limits.verify.rate_claims.RateClaim`) whose fit would
+    leave float64's range on ``data``.  At every point, each term must be within [:data:`TERM_MIN`,
+    :data:`TERM_MAX`] (``L^-100 H^-100`` is 1e-361 at L = H = 64), so must the term over each error
+    of the point, and the term over the errors may vary by at most :data:`TERM_SPREAD_MAX` across
+    the points; a log factor needs its parameter >= 1 (``log(H)`` is 0 at H = 1: that term is 0
+    there and is not range-checked).  Raises :class:`~transformer_limits.errors.InputError`
+    (``claim: ...``, one line naming the term and the point) before any fit, instead of overflow
+    warnings and a NaN deep inside one.  Magnitudes are summed in logs, so the check itself cannot
+    overflow."""
+    log_lo, log_hi, log_spread = math.log10(TERM_MIN), math.log10(TERM_MAX), math.log10(TERM_SPREAD_MAX)
+    e_lo, e_hi = np.log10(data.errors.min(axis=1)), np.log10(data.errors.max(axis=1))
+    for term in claim.terms:
+        magnitude = np.zeros(data.n_points)  # log10 of the term at each point
+        zero = np.zeros(data.n_points, bool)  # log(p) = 0: the term is exactly 0 at that point
+        for p, power in term.log_powers.items():
+            logs = np.log(data.params[p])
+            bad = np.flatnonzero(logs < 0)
+            if bad.size:
+                raise InputError(f"claim: the term {term} is undefined or negative at "
+                                 f"{data.point_label(int(bad[0]))} (log({p}) < 0): a log factor needs {p} >= 1")
+            zero |= logs == 0
+            magnitude += float(power) * np.log10(np.where(logs > 0, logs, 1.0))
+        for p, power in term.exponents.items():
+            magnitude += float(power) * np.log10(data.params[p])
+        used = np.flatnonzero(~zero)
+        if not used.size:
+            continue
+        m, lo, hi = magnitude[used], magnitude[used] - e_hi[used], magnitude[used] - e_lo[used]
+        where = [data.point_label(int(i)) for i in used[[np.argmin(m), np.argmax(m), np.argmin(lo), np.argmax(hi)]]]
+        params = ", ".join(term.parameters)
+        if m.min() < log_lo or m.max() > log_hi:
+            k, value = (1, m.max()) if m.max() > log_hi else (0, m.min())
+            raise InputError(f"claim: the term {term} is about 1e{value:+.0f} at {where[k]}, outside "
+                             f"[{TERM_MIN:g}, {TERM_MAX:g}]: it would {_flows(value)}flow in float64 (its "
+                             f"exponents are too large for the range of {params})")
+        if lo.min() < log_lo or hi.max() > log_hi:
+            k, value = (3, hi.max()) if hi.max() > log_hi else (2, lo.min())
+            raise InputError(f"claim: the term {term} over the errors is about 1e{value:+.0f} at {where[k]}, "
+                             f"outside [{TERM_MIN:g}, {TERM_MAX:g}]: the fits would {_flows(value)}flow in "
+                             "float64 (rescale the error column)")
+        if hi.max() - lo.min() > log_spread:
+            raise InputError(f"claim: the term {term} over the errors varies by about 1e{hi.max() - lo.min():+.0f} "
+                             f"across the points (from {where[2]} to {where[3]}), over {TERM_SPREAD_MAX:g}: the "
+                             "fitted term would leave float64's range relative to the errors (the claim is that "
+                             f"far from the data; its exponents are too large for the range of {params})")

@@ -29,7 +29,10 @@ __all__ = [
     "RESULTS_SCHEMA_VERSION",
     "config_hash",
     "environment",
+    "check_counts",
+    "check_state",
     "results_payload",
+    "summary_counts",
     "write_experiment_report",
     "write_index",
 ]
@@ -100,12 +103,23 @@ def _interval(ci: Sequence[Any]) -> str:
     return f"[{'-inf' if low is None else _fmt(low)}, {'inf' if high is None else _fmt(high)}]"
 
 
-def _check_rows(checks: list[dict]) -> tuple[list[str], list[list[str]], list[bool]]:
-    head = ["check", "verdict", "claim", "expected", "measured", "CI", "α", "note"]
-    rows = [[c["name"], "pass" if c["passed"] else "FAIL", c["claim"], _fmt(c["expected"]),
+#: how each state reads in report tables (a failure and an undecided check stand out)
+_STATE_CELL = {"pass": "pass", "inconclusive": "INCONCLUSIVE", "fail": "FAIL", "error": "ERROR"}
+
+
+def check_state(check: dict) -> str:
+    """A check's state (entries written before states existed: pass or fail)."""
+    return check.get("state") or ("pass" if check["passed"] else "fail")
+
+
+def _check_rows(checks: list[dict]) -> tuple[list[str], list[list[str]], list[str]]:
+    """Head, rows and each row's state (``pass``/``inconclusive``/``fail``) of a checks table."""
+    head = ["check", "verdict", "claim", "expected", "measured", "CI", "α", "power", "alternative", "note"]
+    rows = [[c["name"], _STATE_CELL[check_state(c)], c["claim"], _fmt(c["expected"]),
              _fmt(c["measured"]), _interval(c["ci"]), _fmt(c.get("statistics", {}).get("alpha")),
+             "not stated" if c.get("power") is None else f"{c['power']:.2f}", c.get("alternative", ""),
              c.get("note", "")] for c in checks]
-    return head, rows, [c["passed"] for c in checks]
+    return head, rows, [check_state(c) for c in checks]
 
 
 def _table_columns(rows: list[dict]) -> list[str]:
@@ -150,18 +164,29 @@ def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _status(payload: dict) -> str:
-    """``pass``, ``fail`` or ``error`` (payloads written before the crash state have no status)."""
+    """``pass``, ``inconclusive``, ``fail`` or ``error`` (payloads written before the crash state
+    have no status)."""
     return payload.get("status") or ("pass" if payload["passed"] else "fail")
 
 
 def _summary_line(payload: dict) -> str:
-    n_pass = sum(c["passed"] for c in payload["checks"])
     run_s = payload["provenance"].get("timings", {}).get("run_s")
     when = f", {run_s:.1f} s" if isinstance(run_s, (int, float)) else ""
-    if _status(payload) == "error":
+    status = _status(payload)
+    if status == "error":
         return f"ERROR — the experiment crashed: {payload.get('error')} (profile {payload['profile']}{when})"
-    return (f"{'PASS' if payload['passed'] else 'FAIL'} — {n_pass}/{len(payload['checks'])} checks "
-            f"passed (profile {payload['profile']}{when})")
+    return f"{_STATE_CELL[status].upper()} — {check_counts(payload['checks'])} (profile {payload['profile']}{when})"
+
+
+def check_counts(checks: list[dict]) -> str:
+    """``3/4 checks passed, 1 inconclusive`` (zero counts of the other states left out) for a list of
+    ``results.json`` check entries."""
+    states = [check_state(c) for c in checks]
+    text = f"{states.count('pass')}/{len(states)} checks passed"
+    for state, word in (("inconclusive", "inconclusive"), ("fail", "failed")):
+        if state in states:
+            text += f", {states.count(state)} {word}"
+    return text
 
 
 # ------------------------------------------------------------------------------------------------
@@ -218,7 +243,8 @@ th,td{border:1px solid #ccc;padding:.3em .55em;text-align:left;vertical-align:to
 th{background:#f3f3f3}tr.pass td{background:#eaf7ea}tr.fail td{background:#fbe3e3}
 .verdict{display:inline-block;padding:.2em .6em;border-radius:4px;font-weight:bold;color:#fff}
 .verdict.pass{background:#2e7d32}.verdict.fail{background:#c62828}.verdict.error{background:#e65100}
-tr.error td{background:#fdecd9}
+.verdict.inconclusive{background:#8d6e00}
+tr.error td{background:#fdecd9}tr.inconclusive td{background:#fff6d5}
 pre{background:#f7f7f7;border:1px solid #e2e2e2;padding:.6em;overflow-x:auto;font-size:.85em}
 figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{font-style:italic;font-size:.9em}
 code{background:#f3f3f3;padding:0 .2em}.small{font-size:.85em;color:#555}
@@ -246,7 +272,7 @@ def _html_page(title: str, body: list[str]) -> str:
 
 
 def _verdict_badge(passed: bool | str, text: str) -> str:
-    """A coloured badge; ``passed`` is a bool or a status (``pass``/``fail``/``error``)."""
+    """A coloured badge; ``passed`` is a bool or a status (``pass``/``inconclusive``/``fail``/``error``)."""
     cls = passed if isinstance(passed, str) else ("pass" if passed else "fail")
     return f'<span class="verdict {cls}">{_e(text)}</span>'
 
@@ -264,11 +290,11 @@ def _html(payload: dict, pngs: dict[str, bytes]) -> str:
             f'<li><a href="derivations/{_e(d)}.html">{_e(d)}</a> '
             f'(<a href="derivations/{_e(d)}.md">Markdown</a>; '
             f'<code>transformer-limits derive {_e(d)}</code>)</li>' for d in payload["derivations"]] + ["</ul>"]
-    head, rows, passed = _check_rows(payload["checks"])
+    head, rows, states = _check_rows(payload["checks"])
     table = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
-    for row, ok in zip(rows, passed):  # as _html_table, with the claim column (index 2) typeset
+    for row, state in zip(rows, states):  # as _html_table, with the claim column (index 2) typeset
         cells = [claim_html(c) if j == 2 else _e(c) for j, c in enumerate(row)]
-        table.append(f'<tr class="{"pass" if ok else "fail"}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        table.append(f'<tr class="{state}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     body += ["<h2>Checks</h2>", "".join(table) + "</table>"]
     if payload["fits"]:
         body += ["<h2>Fits</h2>", "<ul>"] + [
@@ -361,6 +387,16 @@ def _write_derivation_pages(stage: Path, names: Sequence[str]) -> None:
         page.with_suffix(".html").write_text(derivation_html(derivation(name), kernels=False), encoding="utf-8")
 
 
+def summary_counts(summary: dict) -> str:
+    """``7/9 experiments passed, 1 inconclusive, 1 failed, 0 crashed`` (zero counts left out) of a
+    ``summary.json`` payload."""
+    text = f"{summary['n_passed']}/{summary['n_experiments']} experiments passed"
+    for key, word in (("n_inconclusive", "inconclusive"), ("n_failed", "failed"), ("n_errors", "crashed")):
+        if summary.get(key):
+            text += f", {summary[key]} {word}"
+    return text
+
+
 def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir: str | Path,
                 profile: str, not_run: Sequence[dict] = ()) -> dict:
     """Write ``index.md``, ``index.html`` and ``summary.json`` for a ``report`` run into ``out_dir``
@@ -372,11 +408,14 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
     entries = []
     for exp, res in results:
         run_s = res.provenance.get("timings", {}).get("run_s")
+        states = [c.state for c in res.checks]
         entries.append({
             "name": exp.name, "title": exp.title, "paper": exp.paper, "status": res.status,
             "passed": res.passed, "error": res.error,
-            "checks_passed": sum(c.passed for c in res.checks), "checks_total": len(res.checks),
-            "failed_checks": [c.name for c in res.failed_checks], "time_s": run_s,
+            "checks_passed": states.count("pass"), "checks_inconclusive": states.count("inconclusive"),
+            "checks_failed": states.count("fail"), "checks_total": len(res.checks),
+            "failed_checks": [c.name for c in res.failed_checks],
+            "inconclusive_checks": [c.name for c in res.inconclusive_checks], "time_s": run_s,
             "device": res.provenance.get("device"), "precision": res.provenance.get("precision"),
             "precision_error": res.provenance.get("precision_error"), "report": f"{exp.name}/report.md",
             "html": f"{exp.name}/report.html", "results": f"{exp.name}/results.json"})
@@ -384,25 +423,23 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
     devices = {res.provenance.get("device") for _, res in results}
     reasons = {res.provenance.get("device_reason") for _, res in results}
     env = environment()
+    statuses = [e["status"] for e in entries]
     summary = jsonable({
         "schema_version": RESULTS_SCHEMA_VERSION, "profile": profile,
-        "status": ("error" if any(e["status"] == "error" for e in entries)
-                   else "pass" if all(e["passed"] for e in entries) else "fail"),
-        "passed": all(e["passed"] for e in entries), "n_experiments": len(entries),
-        "n_passed": sum(e["passed"] for e in entries),
-        "n_errors": sum(e["status"] == "error" for e in entries),
+        "status": next((s for s in ("error", "fail", "inconclusive") if s in statuses), "pass"),
+        "passed": all(s == "pass" for s in statuses), "n_experiments": len(entries),
+        "n_passed": statuses.count("pass"), "n_inconclusive": statuses.count("inconclusive"),
+        "n_failed": statuses.count("fail"), "n_errors": statuses.count("error"),
         "total_time_s": sum(e["time_s"] or 0.0 for e in entries),
         "device": devices.pop() if len(devices) == 1 else None,
         "device_reason": reasons.pop() if len(reasons) == 1 else None,
         "experiments": entries, "not_run": [dict(e) for e in not_run],
         "versions": env["versions"], "git_commit": env["git_commit"],
     })
-    head = ["experiment", "paper", "verdict", "checks", "time (s)", "title"]
-    word = {"pass": "pass", "fail": "FAIL", "error": "ERROR"}
-    rows = [[e["name"], e["paper"], word[e["status"]], f"{e['checks_passed']}/{e['checks_total']}",
+    head = ["experiment", "paper", "verdict", "checks passed", "time (s)", "title"]
+    rows = [[e["name"], e["paper"], _STATE_CELL[e["status"]], f"{e['checks_passed']}/{e['checks_total']}",
              "—" if e["time_s"] is None else f"{e['time_s']:.1f}", e["title"]] for e in entries]
-    verdict = f"{summary['status'].upper()} — {summary['n_passed']}/{len(entries)} experiments " \
-              f"passed" + (f", {summary['n_errors']} crashed" if summary["n_errors"] else "") \
+    verdict = f"{_STATE_CELL[summary['status']].upper()} — {summary_counts(summary)}" \
               + f" (profile {profile}, {summary['total_time_s']:.1f} s)"
     md = [f"# transformer_limits verification report ({profile})", "", f"**{verdict}**", ""]
     md += _md_table(head, [[f"[{r[0]}]({r[0]}/report.md)"] + r[1:] for r in rows])
@@ -413,6 +450,10 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
     failing = [e for e in entries if e["status"] == "fail"]
     if failing:
         md += ["## Failed checks", ""] + [f"- {e['name']}: {', '.join(e['failed_checks'])}" for e in failing] + [""]
+    undecided = [e for e in entries if e["inconclusive_checks"]]
+    if undecided:
+        md += ["## Inconclusive checks (not contradicted, power below 0.8: the data could not have said no)", ""]
+        md += [f"- {e['name']}: {', '.join(e['inconclusive_checks'])}" for e in undecided] + [""]
     crashed = [e for e in entries if e["status"] == "error"]
     if crashed:
         md += ["## Crashed experiments (ERROR, not a failed check)", ""] + [

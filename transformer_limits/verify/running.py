@@ -29,6 +29,7 @@ from transformer_limits.numeric.kernel_family import KernelFamily
 from transformer_limits.verify.check_spec import apply_declarations, declaration_errors
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
 from transformer_limits.verify.registry import source_of, worker_safe
+from transformer_limits.verify.result_validation import result_errors
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformer_limits.verify.sweeps import SweepResult
@@ -72,14 +73,17 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
     """Run ``experiment`` under ``config``; a crash *inside* the experiment is recorded, not raised.
 
     An exception in ``experiment.run`` gives a result with ``error`` set (one line), no checks and
-    the traceback in its notes (:attr:`ExperimentResult.status` ``"error"``); so does a result that
-    breaks the declarations (``check_spec.declaration_errors``: a declared check missing, an
-    undeclared one, another alpha) or reports no check.  A check with an empty claim gets its
-    declared claim.  Failures of the input or the environment stop the whole
-    run instead and propagate: :class:`transformer_limits.errors.InputError` (a bad store,
-    scheduler or grid size), :class:`transformer_limits.errors.EnvironmentFailure`, ``MemoryError``
-    and an ``OSError`` for a full disk (raised as ``EnvironmentFailure``).  ``KeyboardInterrupt`` /
-    ``SystemExit`` propagate.  Provenance: ``timings.run_s`` (wall time), ``seed`` and ``seeds.base``
+    the traceback in its notes (:attr:`ExperimentResult.status` ``"error"``): an ``InputError``
+    raised by the run (the work has started, so it is not "bad input before any work") and a
+    ``SystemExit`` (a run that calls ``sys.exit``) included.  So does a result that cannot be
+    decided (``transformer_limits.verify.result_validation.result_errors``: checks that are not
+    Checks, ``passed`` not a bool, a NaN measurement, interval or statistic, no ``alpha``, fields
+    that are not JSON), one that breaks the declarations (``check_spec.declaration_errors``: a
+    declared check missing, an undeclared one, another alpha) or reports no check; ``error`` then
+    names the field.  A check with an empty claim (alternative) gets its declared one.  Failures of
+    the environment stop the whole run instead and propagate:
+    :class:`transformer_limits.errors.EnvironmentFailure`, ``MemoryError`` and an ``OSError`` for a
+    full disk (raised as ``EnvironmentFailure``).  ``KeyboardInterrupt`` propagates.  Provenance: ``timings.run_s`` (wall time), ``seed`` and ``seeds.base``
     (the base seed) and ``settings`` (``experiment.settings[profile]``), each unless the run set it;
     ``source`` for an experiment from a plugin or a file.  An experiment whose ``requires`` names a
     module missing here is not started: ``InputError`` with the line of :func:`missing_requirement`
@@ -119,21 +123,27 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
         result = experiment.run(config)
         if not isinstance(result, ExperimentResult):
             raise TypeError(f"run returned {type(result).__name__}, not ExperimentResult")
-    except (InputError, EnvironmentFailure, MemoryError):
+    except (EnvironmentFailure, MemoryError):
         raise
+    except SystemExit as exc:
+        # a run() that exits would end the CLI with no verdict (exit 0 reads as "all passed")
+        result = _crashed(experiment, config, exc, f"run() called sys.exit({exc.code!r})")
     except OSError as exc:
         if exc.errno in _ENVIRONMENT_ERRNOS:
             raise EnvironmentFailure(f"experiment {experiment.name}: {exc}") from exc
         result = _crashed(experiment, config, exc)
     except Exception as exc:  # noqa: BLE001 - recorded as a crash (status "error"), not a failed check
+        # an InputError here too: exit 2 promises "before any work", and the work has started
         result = _crashed(experiment, config, exc)
     else:
-        apply_declarations(experiment.checks, result.checks)
-        errors = declaration_errors(experiment.checks, result.checks)
+        errors = result_errors(result)
+        if not errors:
+            apply_declarations(experiment.checks, result.checks)
+            errors = declaration_errors(experiment.checks, result.checks)
         if not errors and not result.checks:
             errors = ["the result reports no checks"]
         if errors:
-            result.error = "; ".join(errors)
+            result = _invalid(experiment, config, result, errors)
         elif used == "float32":
             _record_precision_error(result, experiment, config)
     finally:
@@ -208,11 +218,31 @@ def _record_provenance(result: ExperimentResult, experiment: Experiment, config:
         prov.setdefault("source", source)
 
 
-def _crashed(experiment: Experiment, config: ExperimentConfig, exc: BaseException) -> ExperimentResult:
+def _crashed(experiment: Experiment, config: ExperimentConfig, exc: BaseException,
+             why: str | None = None) -> ExperimentResult:
     result = ExperimentResult(experiment.name, config.profile)
-    result.error = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+    result.error = why or (f"{type(exc).__name__}: {exc}".strip().splitlines() or [type(exc).__name__])[0]
     result.notes.append("traceback:\n" + traceback.format_exc())
     return result
+
+
+def _invalid(experiment: Experiment, config: ExperimentConfig, result: ExperimentResult,
+             errors: list[str]) -> ExperimentResult:
+    """An ERROR result for a run whose result breaks its declarations or cannot be decided: the
+    checks that are valid Checks are kept for the reader (status "error" whatever they say); the
+    rest (tables, figures, data) is dropped, since it may not even be JSON."""
+    from transformer_limits.verify.verdicts import Check
+
+    out = ExperimentResult(experiment.name, config.profile)
+    out.checks = [c for c in result.checks if isinstance(c, Check)] if isinstance(result.checks, list) else []
+    out.checks = [c for c in out.checks if not result_errors(ExperimentResult(experiment.name, config.profile,
+                                                                              checks=[c]))]
+    out.error = f"invalid result of {experiment.name}: " + "; ".join(errors)
+    out.notes = [n for n in result.notes if isinstance(n, str)] if isinstance(result.notes, list) else []
+    if isinstance(result.provenance, dict) and not result_errors(
+            ExperimentResult(experiment.name, config.profile, provenance=result.provenance)):
+        out.provenance = result.provenance
+    return out
 
 
 def jsonable_settings(settings: Mapping[str, Any]) -> dict[str, Any]:

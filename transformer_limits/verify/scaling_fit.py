@@ -8,12 +8,16 @@ The points file (CSV) has the header ``optimizer,stratum,metric,width,value``, o
 from __future__ import annotations
 
 import csv
+import io
 import math
+import numbers
 import os
 from typing import Any
 
 import numpy as np
 
+from transformer_limits.errors import InputError
+from transformer_limits.input_files import read_regular_file
 from transformer_limits.verify.stats.width_scaling import BootstrapMethod, fit_width_scaling
 
 __all__ = ["read_points_csv", "fit_points", "fit_points_csv", "POINT_COLUMNS"]
@@ -24,19 +28,27 @@ POINT_COLUMNS = ("optimizer", "stratum", "metric", "width", "value")
 def read_points_csv(path: str | os.PathLike) -> dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]:
     """Read a points CSV into ``{(optimizer, stratum, metric): (widths, values)}`` (file order).
 
-    Raises ``ValueError`` (one line naming file, row and column) for a missing file, missing
-    columns, an empty key, or a width/value that is not a finite positive number.
+    Raises ``ValueError`` (an :class:`~transformer_limits.errors.InputError`, one line naming the
+    file, and the row and column where there is one) for a missing file, a path that is not a
+    regular file (a folder, ``/dev/null``, a FIFO: never opened), a file that is not UTF-8 text (a
+    BOM is allowed) or not CSV, missing columns, an empty key, or a width/value that is not a finite
+    positive number.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such file")
+    data = read_regular_file(path, "a CSV file")  # before opening: a FIFO would block, /dev/zero never end
+    try:
+        text = data.decode("utf-8-sig")  # a BOM (as spreadsheet programs write) is not part of the header
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a UTF-8 text file (byte {exc.start}; expected a CSV file)") from None
+    if "\0" in text:
+        raise InputError(f"{path}: not a text file (it holds NUL bytes; expected a CSV file)")
     groups: dict[tuple[str, str, str], tuple[list[float], list[float]]] = {}
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
         header = [c.strip() for c in (reader.fieldnames or [])]
         missing = [c for c in POINT_COLUMNS if c not in header]
         if missing:
-            raise ValueError(f"{path}: missing column(s) {', '.join(missing)} "
+            raise InputError(f"{path}: missing column(s) {', '.join(missing)} "
                              f"(need {','.join(POINT_COLUMNS)}; found {','.join(header) or 'nothing'})")
         reader.fieldnames = header
         for line, row in enumerate(reader, start=2):
@@ -58,6 +70,8 @@ def read_points_csv(path: str | os.PathLike) -> dict[tuple[str, str, str], tuple
             xs, ys = groups.setdefault(key, ([], []))
             xs.append(nums[0])
             ys.append(nums[1])
+    except csv.Error as exc:
+        raise InputError(f"{path}: line {reader.line_num}: malformed CSV ({exc})") from None
     if not groups:
         raise ValueError(f"{path}: no data rows")
     return {k: (np.array(xs), np.array(ys)) for k, (xs, ys) in groups.items()}
@@ -69,8 +83,11 @@ def fit_points(groups: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]
     """Fit every group; one dict per ``(optimizer, stratum, metric)`` with the fields of
     :class:`~transformer_limits.verify.stats.width_scaling.WidthScalingFit`.
 
-    Every group is bootstrapped with the same ``seed`` (reproducible, independent of group order).
+    Every group is bootstrapped with the same ``seed`` (reproducible, independent of group order);
+    ``seed`` is checked once, before any fit (``ValueError`` naming ``seed``).
     """
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     out = []
     for (optimizer, stratum, metric), (x, y) in groups.items():
         try:

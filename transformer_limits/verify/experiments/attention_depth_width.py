@@ -65,27 +65,30 @@ from transformer_limits.verify.experiments.attention_models import (
 from transformer_limits.verify.rate_plots import RateSeries, grid_heatmap, rate_figure
 from transformer_limits.verify.stats.multi_term import fit_rate_claim
 from transformer_limits.verify.stats.power_law import PowerLawFit, fit_power_law
-from transformer_limits.verify.stats.ratio_trend import ratio_trend
-from transformer_limits.verify.verdicts import Check, exponent_equals, fit_adequate
+from transformer_limits.verify.stats.ratio_trend import ratio_trend, trend_power
+from transformer_limits.verify.verdicts import Check, attach_power, exponent_equals, fit_adequate
 
 __all__ = ["SETTINGS", "depth_errors", "fluctuation_errors", "total_errors", "family_tasks", "evaluate_task",
            "run_families", "FamilyErrors", "claimed_rate", "rate_bound_check", "run"]
 
 #: the checks: exponents by exponent_equals (two-sided, tolerance 0.15), the bound by the ratio trend
 CHECKS = (
-    CheckSpec("exponent_L", verdict="exponent_equals", alpha=0.01, tolerance=0.15),
-    CheckSpec("exponent_H", verdict="exponent_equals", alpha=0.01, tolerance=0.15),
-    CheckSpec("rate_bound_holds", verdict="one-sided ratio trends of e / claim", alpha=0.01),
-    CheckSpec("trained_exponent_L", verdict="exponent_equals", alpha=0.01, tolerance=0.15),
-    CheckSpec("trained_exponent_H", verdict="exponent_equals", alpha=0.01, tolerance=0.15),
+    CheckSpec("exponent_L", verdict="exponent_equals", alpha=0.01, tolerance=0.15, alternative=-0.5),
+    CheckSpec("exponent_H", verdict="exponent_equals", alpha=0.01, tolerance=0.15, alternative=-0.25),
+    CheckSpec("rate_bound_holds", verdict="one-sided ratio trends of e / claim", alpha=0.01, alternative=0.3,
+              alternative_text="e / claim growing like L^0.3 or H^0.3 (an exponent 0.3 slower than claimed)"),
+    CheckSpec("trained_exponent_L", verdict="exponent_equals", alpha=0.01, tolerance=0.15, alternative=-0.5),
+    CheckSpec("trained_exponent_H", verdict="exponent_equals", alpha=0.01, tolerance=0.15, alternative=-0.25),
 )
+#: each exponent check must detect half the claimed rate (q₀/2; and its mirror 3q₀/2)
+ALTERNATIVE_SCALE = 0.5
 ALPHA, TOLERANCE = CHECKS[0].required_alpha, CHECKS[0].required_tolerance
 CLAIM = "L^-1 + L^-1/3 H^-1/2"
 DOMINATED_CLAIM = "L^-1 + L^-1/3 H^-1/2 + L^-1/2 H^-1/2"
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "quick": dict(QUICK_MODEL, N=6, limit_steps=8,
-                  L_levels=(4, 8, 16, 32, 64), seeds_L=6,
+                  L_levels=(4, 8, 16, 32, 64), seeds_L=8,
                   H_levels=(1, 2, 4, 8, 16, 32, 64), L_H=8, seeds_H=8,
                   cross_L=(2, 4, 8, 16, 32), cross_H=4,
                   grid_L=(2, 8, 32), grid_H=(1, 4, 16, 64), seeds_grid=6,
@@ -283,7 +286,8 @@ def _named(check: Check, name: str) -> Check:
 def exponent_check(name: str, param: str, levels, errors: np.ndarray, expected: float,
                    seed: int) -> tuple[Check, PowerLawFit]:
     fit = fit_power_law({param: np.asarray(levels)}, errors, expected=expected, window="all", seed=seed)
-    return _named(exponent_equals(fit, expected, ALPHA, tolerance=TOLERANCE), name), fit
+    return _named(exponent_equals(fit, expected, ALPHA, tolerance=TOLERANCE,
+                                  alternative=ALTERNATIVE_SCALE * expected), name), fit
 
 
 def claimed_rate(L: Any, H: Any) -> np.ndarray:
@@ -343,6 +347,11 @@ def rate_bound_check(grid_L, grid_H, errors: np.ndarray, seed: int) -> tuple[Che
         for k in ("L", "H") if trend[k]["lower"] > 0)
     check = Check("rate_bound_holds", f"err = O({CLAIM}): e / ({CLAIM}) does not grow in L or H over the grid",
                   0.0, trend[worst]["slope"], (trend[worst]["lower"], float("inf")), passed, statistics, note)
+    spec = CHECKS[2]
+    power = trend_power(trend, spec.required_alternative)
+    statistics["power_per_slope"] = power["per_slope"]
+    attach_power(check, power["power"], spec.alternative_text, distance=spec.required_alternative,
+                 half_width=power["half_width"], se=power["se"])
     info = {"ratio_mean": mean_ratio.tolist(), "dominated": dominated.to_dict(), "claimed": claimed.to_dict(),
             "claimed_adequate": claimed_check.passed, "claimed_p_value": claimed_check.statistics["p_value"],
             "dominated_adequate": dominated_check.passed,

@@ -35,7 +35,8 @@ from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate_plots import RateSeries, rate_figure
 from transformer_limits.verify.sweeps import derive_seed
 from transformer_limits.verify.taylor import TaylorResult, taylor_test
-from transformer_limits.verify.verdicts import Check
+from transformer_limits.verify.stats.power import deterministic_power
+from transformer_limits.verify.verdicts import Check, attach_power
 
 __all__ = ["TaylorCase", "TaylorExpansion", "EXPANSIONS", "TAYLOR_STEPS", "cases_for", "declared_checks",
            "evaluate_expansion", "taylor_check", "lions_expansion", "jacobian_expansion", "wrong_sign_lions_expansion"]
@@ -186,7 +187,12 @@ def taylor_check(expansion: TaylorExpansion, results: Sequence[TaylorResult]) ->
     note = "" if passed else (f"{len(results) - n_pass}/{len(results)} cases below rate "
                               f"{expected - tol:g}; min rate {measured:.3g}")
     ci = (float(used.min()), float(used.max())) if used.size else (float("nan"), float("nan"))
-    return Check(expansion.check or expansion.name, expansion.claim, expected, measured, ci, passed, stats_, note)
+    check = Check(expansion.check or expansion.name, expansion.claim, expected, measured, ci, passed, stats_, note)
+    # the violation to detect: a derivative or expansion term wrong, so the remainder is one order
+    # lower (rate expected − 1); deterministic, it fails whenever that rate is below the threshold
+    return attach_power(check, deterministic_power(expected - 1 < expected - tol),
+                        f"remainder rate {expected - 1:g} (a wrong or missing term of the expansion)",
+                        model="deterministic")
 
 
 def declared_checks(expansions: Sequence[TaylorExpansion]) -> tuple[CheckSpec, ...]:

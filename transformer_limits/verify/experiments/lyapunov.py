@@ -39,13 +39,16 @@ from transformer_limits.verify.experiment import Experiment, ExperimentConfig, E
 from transformer_limits.verify.figures import figure_png
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.running import run_points
-from transformer_limits.verify.verdicts import Check
+from transformer_limits.verify.stats.power import family_power, z_test_power
+from transformer_limits.verify.verdicts import Check, attach_power
 
 __all__ = ["LYAPUNOV_AGREES", "PAPER_TABLE", "PROFILES", "Profile", "LyapunovEstimateR", "lyapunov_z_test",
            "predicted_lambda_1", "draft_a_typo_lambda_1", "richardson", "simulate_point", "run"]
 
 #: the check: Bonferroni family of z-tests, family-wise false-failure rate alpha
-LYAPUNOV_AGREES = CheckSpec("lyapunov_agrees", verdict="z-tests, Bonferroni over settings", alpha=0.01)
+LYAPUNOV_AGREES = CheckSpec("lyapunov_agrees", verdict="z-tests, Bonferroni over settings", alpha=0.01,
+                            alternative=0.25,
+                            alternative_text="λ_1 off by 25% of |λ_1| in any one setting")
 
 #: docs/theory.md §B.8 (Draft B, Appendix B), ReLU rows as printed: (d, σ, k(1), k'(1), λ_1, λ̄)
 PAPER_TABLE = [
@@ -74,7 +77,7 @@ class Profile:
 PROFILES = {
     "quick": Profile(settings=(("relu", 3, 0.0), ("relu", 5, 0.1), ("tanh", 5, 0.1), ("sigmoid", 3, 0.1),
                                ("silu", 8, 0.1), ("relu", 8, 0.1)),
-                     chains=1024, steps=200),
+                     chains=1536, steps=200),
     "full": Profile(settings=tuple((a, d, s) for a in _ACTIVATIONS for d in (3, 5, 8, 64) for s in (0.0, 0.1)),
                     chains=2048, steps=300),
 }
@@ -144,6 +147,13 @@ def lyapunov_z_test(estimates: Sequence[float], standard_errors: Sequence[float]
                               f"z = {z[worst]:.2f} (|z| > {z_crit:.2f})")
     check = Check(LYAPUNOV_AGREES.name, f"simulated λ_1 = ((d−3)/2)k'(1) − ((d−1)/2)k(1) in all {n} settings",
                   0.0, float(np.abs(z).max()), (-z_crit, z_crit), passed, st, note)
+    # power against one setting off by r |λ_1|: each z-test at its Bonferroni level, the weakest member
+    r = LYAPUNOV_AGREES.required_alternative
+    member = [z_test_power(r * abs(p_s), se_s, z_crit) for p_s, se_s in zip(pred, se)]
+    st["power_per_setting"] = member
+    weakest = int(np.argmin(member))
+    attach_power(check, family_power(member), LYAPUNOV_AGREES.alternative_text,
+                 distance=r * abs(float(pred[weakest])), half_width=z_crit * float(se[weakest]), se=float(se[weakest]))
     return check, z
 
 

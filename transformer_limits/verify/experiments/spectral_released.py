@@ -49,12 +49,15 @@ from transformer_limits.verify.experiment import Experiment, ExperimentConfig, E
 from transformer_limits.verify.figures import figure_png
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.scaling_fit import read_points_csv
+from transformer_limits.verify.stats.beta_difference import attach_ordering_power
 from transformer_limits.verify.stats.intervals import t_interval, t_quantile, welch_satterthwaite_dof
 from transformer_limits.verify.stats.width_scaling import WidthScalingFit, fit_width_scaling
-from transformer_limits.verify.verdicts import Check
+from transformer_limits.verify.stats.power import deterministic_power
+from transformer_limits.verify.verdicts import Check, attach_power
 
 __all__ = ["ALPHA", "DATA_FILE", "ORDERINGS", "PUBLISHED_GLOBAL_BETAS", "CLAIM", "analyse", "fit_released",
-           "load_released_points", "ordering_check", "published_check", "released_points_bytes", "run",
+           "load_released_points", "ordering_check", "published_check", "published_effect", "released_points_bytes",
+           "run",
            "run_wrong_dion", "swap_labels"]
 
 #: package data file (``transformer_limits/data/``), read through importlib.resources
@@ -170,7 +173,7 @@ def published_check(fits: Mapping[tuple[str, str], WidthScalingFit],
     lo, hi = (min(deviations), max(deviations)) if deviations else (-math.inf, math.inf)
     note = ("every published β, CI end and R² reproduced to 3 decimals" if passed else
             f"{len(mismatches)} mismatch(es): " + "; ".join(mismatches[:4]) + (" …" if len(mismatches) > 4 else ""))
-    return Check(
+    check = Check(
         "published_betas_reproduced",
         "OLS refit of the released points gives the published β, 95% t-interval and R² (docs/theory.md §C.7)",
         0.0, float(worst), (float(lo), float(hi)), passed,
@@ -178,12 +181,16 @@ def published_check(fits: Mapping[tuple[str, str], WidthScalingFit],
              method=f"|refit − published| ≤ {tol:g} (published to {PUBLISHED_DECIMALS} decimals)",
              tolerance=tol, n_compared=len(deviations), mismatches=mismatches),
         note)
+    # no sampling noise: any value off by more than the rounding fails the comparison
+    return attach_power(check, deterministic_power(True), CHECKS[0].alternative_text, model="deterministic")
 
 
 def ordering_check(name: str, pairs: tuple[tuple[str, str], ...], fits: Mapping[tuple[str, str], WidthScalingFit],
-                   alpha: float = ALPHA) -> Check:
+                   alpha: float = ALPHA, effect: float | None = None) -> Check:
     """One-sided test of ``β_hard(a) ≥ β_hard(b)`` for every pair (module docstring); fails when
-    the upper ``1 − α/m`` bound of some ``Δ = β_hard(a) − β_hard(b)`` is below 0 (m = len(pairs))."""
+    the upper ``1 − α/m`` bound of some ``Δ = β_hard(a) − β_hard(b)`` is below 0 (m = len(pairs)).
+    ``effect``: the ordering's size whose reversal the check must detect (default: the published one,
+    :func:`published_effect`, where every pair is in the published table; else no power is stated)."""
     if not 0.0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha!r}")
     if not pairs:
@@ -218,13 +225,22 @@ def ordering_check(name: str, pairs: tuple[tuple[str, str], ...], fits: Mapping[
         note = "supported: every lower bound of Δβ is above 0"
     else:
         note = "not contradicted, not established: some interval for Δβ contains 0 (wide intervals, 8 widths)"
-    return Check(
+    check = Check(
         name, _ordering_text(pairs) + " (pooled tokens, post-activation FFN, 160M)",
         0.0, float(worst["delta"]), (-math.inf, float(worst["upper"])), passed,
         dict(alpha=alpha, false_failure_rate=alpha, sides="one-sided (upper bound of Δβ)",
              method="Welch t on the OLS fits' standard errors; Bonferroni over pairs",
              per_pair_level=level, pairs=rows, supported=supported),
         note)
+    if effect is None and all((o, "hard") in PUBLISHED_GLOBAL_BETAS for pair in pairs for o in pair):
+        effect = published_effect(pairs)
+    return check if effect is None else attach_ordering_power(check, rows, effect)
+
+
+def published_effect(pairs: tuple[tuple[str, str], ...]) -> float:
+    """The published size of an ordering: the smallest published Δβ_hard over its pairs (docs/theory.md
+    §C.7: Muon − AdamW 0.532, NorMuon − AdamW 0.509, Dion-1/2 − Dion-1/16 0.287)."""
+    return min(PUBLISHED_GLOBAL_BETAS[(a, "hard")][0] - PUBLISHED_GLOBAL_BETAS[(b, "hard")][0] for a, b in pairs)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -355,9 +371,11 @@ def run_wrong_dion(config: ExperimentConfig) -> ExperimentResult:
 #: the checks: the refit rounds to the published numbers (deterministic); each ordering one-sided at
 #: family-wise false-failure rate ALPHA (Bonferroni over its pairs)
 CHECKS = (CheckSpec("published_betas_reproduced", verdict="deterministic (refit rounds to the published values)",
-                    alpha=0.0),
-          *(CheckSpec(name, verdict="one-sided Welch tests of Δβ_hard, Bonferroni", alpha=ALPHA)
-            for name in ORDERINGS))
+                    alpha=0.0, alternative_text="a β, CI end or R² off its published value by more than the "
+                                                "rounding (½·10⁻³)"),
+          *(CheckSpec(name, verdict="one-sided Welch tests of Δβ_hard, Bonferroni", alpha=ALPHA,
+                      alternative=-published_effect(pairs))
+            for name, pairs in ORDERINGS.items()))
 
 # what the experiment and its wrong variant share
 _COMMON: dict[str, Any] = dict(paper="C", claim=CLAIM, derivations=(), checks=CHECKS, budget_s={"quick": 1.0, "full": 1.0})

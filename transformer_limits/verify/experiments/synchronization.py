@@ -39,15 +39,17 @@ from transformer_limits.verify.figures import figure_png
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.running import device_backend
 from transformer_limits.verify.stats.power_law import PowerLawFit, fit_power_law
-from transformer_limits.verify.verdicts import Check, rate_at_least
+from transformer_limits.verify.verdicts import Check, attach_power, rate_at_least
 
 __all__ = ["DECAY_RATE_BOUND", "SIGN_CHANGE_D3", "SETTINGS", "energy_samples", "decay_fit", "decay_rate_check",
            "sign_change_check", "run"]
 
 #: the checks (one-sided, alpha = 0.01 each)
-DECAY_RATE_BOUND = CheckSpec("decay_rate_bound", verdict="rate_at_least and the sign of ε + λ̄'", alpha=0.01)
+DECAY_RATE_BOUND = CheckSpec("decay_rate_bound", verdict="rate_at_least and the sign of ε + λ̄'", alpha=0.01,
+                             alternative_text="no synchronization: E[E_β] not decaying (rate 0)")
 SIGN_CHANGE_D3 = CheckSpec("sign_change_d3", "λ̄ > 0 (d ≤ 3) ⇒ no guaranteed decay: r(λ̄>0) − r(λ̄<0) > 0",
-                           verdict="lower bootstrap bound of a rate difference", alpha=0.01)
+                           verdict="lower bootstrap bound of a rate difference", alpha=0.01,
+                           alternative_text="no difference: decay where λ̄ > 0 as fast as where λ̄ < 0")
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "quick": dict(d_sync=8, d_contrast=3, N=16, T=2.0, n_steps=200, n_eval=9, seeds=32,
@@ -104,7 +106,8 @@ def decay_fit(times: np.ndarray, energies: np.ndarray, seed: int = 0) -> PowerLa
 
 def decay_rate_check(fit: PowerLawFit, bound_rate: float, alpha: float = DECAY_RATE_BOUND.required_alpha) -> Check:
     """``decay_rate_bound``: the claimed rate is a decay and the measured rate is not slower."""
-    base = rate_at_least(fit, bound_rate, alpha)
+    # the violation to detect: no decay at all (rate 0), |ε + λ̄'| slower than the bound
+    base = rate_at_least(fit, bound_rate, alpha, alternative=0.0 if bound_rate < 0 else None)
     sign_ok = bound_rate < 0
     passed = base.passed and sign_ok
     notes = [] if sign_ok else [f"claimed rate ε + λ̄' = {bound_rate:.4g} ≥ 0: not a decay bound "
@@ -112,8 +115,12 @@ def decay_rate_check(fit: PowerLawFit, bound_rate: float, alpha: float = DECAY_R
     if not base.passed:
         notes.append(base.note)
     st = dict(base.statistics, bound_rate=bound_rate)
-    return Check(DECAY_RATE_BOUND.name, f"E[E_β(μ_t)] ≤ exp((ε+λ̄')t) E[E_β(μ_0)], ε+λ̄' = {bound_rate:.4g} < 0",
-                 bound_rate, base.measured, base.ci, passed, st, "; ".join(notes))
+    check = Check(DECAY_RATE_BOUND.name, f"E[E_β(μ_t)] ≤ exp((ε+λ̄')t) E[E_β(μ_0)], ε+λ̄' = {bound_rate:.4g} < 0",
+                  bound_rate, base.measured, base.ci, passed, st, "; ".join(notes))
+    if base.power is not None:
+        attach_power(check, base.power, DECAY_RATE_BOUND.alternative_text,
+                     distance=-bound_rate, half_width=base.measured - base.ci[0], se=fit.exponent.standard_error)
+    return check
 
 
 def sign_change_check(fit_pos: PowerLawFit, fit_neg: PowerLawFit, lambda_bar_pos: float,
@@ -130,12 +137,15 @@ def sign_change_check(fit_pos: PowerLawFit, fit_neg: PowerLawFit, lambda_bar_pos
     note = [] if signs else [f"λ̄ does not change sign: {lambda_bar_pos:.4g} vs {lambda_bar_neg:.4g}"]
     if low <= 0:
         note.append(f"decay where λ̄ > 0 not significantly slower (lower bound of r_+ − r_- = {low:.3g})")
-    return Check(SIGN_CHANGE_D3.name, SIGN_CHANGE_D3.claim, 0.0, measured,
-                 (low, float("inf")), passed,
-                 {"alpha": alpha, "false_failure_rate": alpha, "sides": "one-sided (lower bootstrap bound)",
-                  "method": "percentile (independent seed bootstraps)", "lambda_bar_positive": lambda_bar_pos,
-                  "lambda_bar_negative": lambda_bar_neg, "rate_positive": fit_pos.exponent.value,
-                  "rate_negative": fit_neg.exponent.value}, "; ".join(note))
+    check = Check(SIGN_CHANGE_D3.name, SIGN_CHANGE_D3.claim, 0.0, measured,
+                  (low, float("inf")), passed,
+                  {"alpha": alpha, "false_failure_rate": alpha, "sides": "one-sided (lower bootstrap bound)",
+                   "method": "percentile (independent seed bootstraps)", "lambda_bar_positive": lambda_bar_pos,
+                   "lambda_bar_negative": lambda_bar_neg, "rate_positive": fit_pos.exponent.value,
+                   "rate_negative": fit_neg.exponent.value}, "; ".join(note))
+    # the check passes only on positive evidence (lower bound > 0): where the rates do not differ it
+    # passes with probability ≤ α, so it fails that alternative with probability ≥ 1 − α
+    return attach_power(check, 1.0 - alpha, SIGN_CHANGE_D3.alternative_text, model="establishing test: 1 − α")
 
 
 def _figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], bound: float) -> Figure:

@@ -25,7 +25,7 @@ import numpy as np
 from transformer_limits.verify.stats.intervals import t_interval, welch_satterthwaite_dof
 from transformer_limits.verify.verdicts import Check
 
-__all__ = ["beta_difference_check"]
+__all__ = ["attach_ordering_power", "beta_difference_check", "ordering_finding", "ordering_power"]
 
 
 def _pair_bounds(stratum: str, a: Any, b: Any, level: float) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def _pair_bounds(stratum: str, a: Any, b: Any, level: float) -> dict[str, Any]:
 
 
 def beta_difference_check(name: str, claim: str, pairs: Sequence[tuple[str, Any, Any]],
-                          alpha: float = 0.05) -> Check:
+                          alpha: float = 0.05, *, effect: float | None = None) -> Check:
     """One-sided test of ``H0: β_A(S) − β_B(S) ≥ 0`` for every ``(S, A, B)`` in ``pairs``.
 
     ``A`` and ``B`` are exponent fits with ``beta`` (the point estimate), ``seed_fit.exponent.bootstrap``
@@ -56,7 +56,9 @@ def beta_difference_check(name: str, claim: str, pairs: Sequence[tuple[str, Any,
     The check fails when some pair's upper bound is below 0: the data then contradict the claim; a
     true claim fails with probability ≤ α.  ``measured`` and ``ci`` are those of the pair with the
     smallest upper bound; ``statistics["pairs"]`` lists every pair with ``supported`` (its lower
-    ``1 − α'`` bound > 0, i.e. the claim is positively established).
+    ``1 − α'`` bound > 0, i.e. the claim is positively established).  ``effect``: the published size
+    of the ordering; the power against one pair reversed by it (:func:`ordering_power`) and the
+    finding (:func:`ordering_finding`) are recorded.
     """
     if not pairs:
         raise ValueError("pairs: need at least one (stratum, fit_a, fit_b)")
@@ -78,4 +80,57 @@ def beta_difference_check(name: str, claim: str, pairs: Sequence[tuple[str, Any,
     else:
         note = ("not contradicted, but not established either: some interval for Δβ contains 0 "
                 "(the check has little power at this scale)")
-    return Check(name, claim, 0.0, worst["delta"], (worst["lower"], worst["upper"]), passed, st, note)
+    check = Check(name, claim, 0.0, worst["delta"], (worst["lower"], worst["upper"]), passed, st, note)
+    if effect is not None:
+        attach_ordering_power(check, rows, effect)
+    return check
+
+
+def attach_ordering_power(check: Check, rows: Sequence[dict[str, Any]], effect: float) -> Check:
+    """Record on ``check`` (an ordering family over ``rows``) its power against one pair reversed by
+    ``effect`` and the finding about the published effect size (in place; returned)."""
+    from transformer_limits.verify.verdicts import attach_power
+
+    power = ordering_power(rows, effect)
+    check.statistics.update(effect_size=effect, power_per_pair=power["per_pair"],
+                            finding=ordering_finding(rows, effect))
+    return attach_power(check, power["power"], f"Δβ_hard = {-effect:.3g} in one pair (the published ordering "
+                        f"of size {effect:.3g}, reversed)", distance=effect, half_width=power["half_width"],
+                        se=power["se"])
+
+
+def ordering_power(rows: Sequence[dict[str, Any]], effect: float) -> dict[str, Any]:
+    """Power of an ordering family (each pair rejected when its upper bound of Δ is below 0) against
+    one pair reversed by the published effect size, Δ = −``effect``; by the shift model
+    (:func:`~transformer_limits.verify.stats.power.bound_power`) this is also the probability that
+    the lower bound clears 0 when Δ = +effect (the ordering *reproduced* if the paper is right) and
+    that the upper bound falls below ``effect`` when Δ = 0 (the paper's effect *excluded* if there is
+    none): Φ((effect − h)/se) per pair, h the half-width of its one-sided bound.  ``rows``: dicts
+    with ``delta``, ``upper``, ``lower`` (or ``lower_bound``) and ``se``.  Returns ``{"power",
+    "per_pair", "worst", "half_width", "se"}`` (the weakest pair)."""
+    from transformer_limits.verify.stats.power import bound_power
+
+    if not effect > 0:
+        raise ValueError(f"effect must be > 0 (the size of the published ordering), got {effect!r}")
+    if not rows:
+        raise ValueError("rows: need at least one pair")
+    per = [bound_power(effect, max(r["upper"] - r["delta"], 0.0), r["se"]) for r in rows]
+    worst = min(range(len(rows)), key=per.__getitem__)
+    return {"power": per[worst], "per_pair": per, "worst": worst,
+            "half_width": max(rows[worst]["upper"] - rows[worst]["delta"], 0.0), "se": rows[worst]["se"]}
+
+
+def ordering_finding(rows: Sequence[dict[str, Any]], effect: float) -> str:
+    """What the pairs' bounds decide about a published ordering of size ``effect``:
+    ``"reversed"`` (some upper bound < 0: the check fails), ``"reproduced"`` (every lower bound > 0),
+    ``"effect excluded"`` (some upper bound < ``effect``: the published size is ruled out, an
+    equivalence-style bound), ``"reproduced, smaller than published"`` (both), or ``"undecided"``."""
+    # spectral-released rows name the lower optimizer "lower" and the bound "lower_bound"
+    lowers = [r["lower_bound"] if "lower_bound" in r else r["lower"] for r in rows]
+    if any(r["upper"] < 0.0 for r in rows):
+        return "reversed"
+    reproduced = all(lo > 0.0 for lo in lowers)
+    excluded = any(r["upper"] < effect for r in rows)
+    if reproduced and excluded:
+        return "reproduced, smaller than published"
+    return "reproduced" if reproduced else "effect excluded" if excluded else "undecided"

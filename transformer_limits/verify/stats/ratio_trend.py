@@ -20,7 +20,7 @@ import numpy as np
 
 from transformer_limits.verify.stats.intervals import t_interval
 
-__all__ = ["ratio_trend"]
+__all__ = ["ratio_trend", "trend_power"]
 
 
 def ratio_trend(ratio: np.ndarray, grid_L, grid_H, *, seed: int, alpha: float, n_boot: int = 2000) -> dict[str, Any]:
@@ -59,3 +59,20 @@ def ratio_trend(ratio: np.ndarray, grid_L, grid_H, *, seed: int, alpha: float, n
     return {name: {"slope": float(beta[k]), "lower": float(low[k]), "t_lower": float(t_low[k]),
                    "bootstrap_lower": float(pct_low[k]), "se": float(se[k])}
             for k, name in ((1, "L"), (2, "H"))} | {"dof": dof, "rms_log_residual": float(np.sqrt(s2))}
+
+
+def trend_power(trend: dict[str, Any], alternative_slope: float, params: tuple[str, ...] = ("L", "H")) -> dict[str, Any]:
+    """Power of the ratio-trend test (each slope rejected when its lower bound is > 0) against a ratio
+    that grows like p^s₁ in one parameter (``alternative_slope`` = s₁ > 0): per slope, the shift
+    model of :func:`~transformer_limits.verify.stats.power.bound_power` with D = s₁, the half-width
+    slope − lower of the bound that decided it and the OLS standard error; the check's power is
+    the smaller (docs/verification.md, "Power").  Returns ``{"power", "per_slope", "worst",
+    "half_width", "se"}``."""
+    from transformer_limits.verify.stats.power import bound_power
+
+    if not alternative_slope > 0:
+        raise ValueError(f"alternative_slope must be > 0 (a growing ratio), got {alternative_slope!r}")
+    per = {k: bound_power(alternative_slope, trend[k]["slope"] - trend[k]["lower"], trend[k]["se"]) for k in params}
+    worst = min(per, key=per.__getitem__)
+    return {"power": per[worst], "per_slope": per, "worst": worst,
+            "half_width": trend[worst]["slope"] - trend[worst]["lower"], "se": trend[worst]["se"]}
