@@ -127,7 +127,7 @@ def _experiment(run, name="device-dummy") -> Experiment:
 
 def _passing(config: ExperimentConfig) -> ExperimentResult:
     check = Check("dummy_check", "1 + 1 = 2", 2.0, 2.0, (1.9, 2.1), True,
-                  {"alpha": 0.01, "sides": "two-sided", "method": "exact"}, "")
+                  {"alpha": 0.01, "sides": "two-sided", "method": "exact"}, "", 1.0, "1 + 1 = 3 (exact)")
     return ExperimentResult("device-dummy", config.profile, checks=[check])
 
 

@@ -149,18 +149,20 @@ HUGE_HEADER = b"{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000
 HUGE_HEADER = b"\x93NUMPY\x01\x00" + (118).to_bytes(2, "little") + HUGE_HEADER.ljust(117) + b"\n" + bytes(64)
 
 BROKEN_NPY = {
-    "empty": (b"", "empty file"),
-    "truncated data": (GOOD[:200], "truncated: the header says shape (50, 6) of float64 (2400 bytes of data)"),
-    "truncated header": (GOOD[:60], "malformed .npy header"),
-    "garbage header": (b"\x93NUMPY\x01\x00garbage garbage", "malformed .npy header"),
-    "not npy": (b"hello, world\n", "not a .npy file"),
-    "pickle": (__import__("pickle").dumps([1, 2]), "not a .npy file"),
+    "empty": (b"", "not a readable .npy array (empty file)"),
+    "truncated data": (GOOD[:200], "not a readable .npy array (truncated: the header says shape (50, 6) of "
+                                   "float64, 2400 bytes of data"),
+    "truncated header": (GOOD[:60], "not a readable .npy array (malformed header"),
+    "garbage header": (b"\x93NUMPY\x01\x00garbage garbage", "not a readable .npy array (malformed header"),
+    "not npy": (b"hello, world\n", "not a readable .npy array (not a .npy file"),
+    "pickle": (__import__("pickle").dumps([1, 2]), "not a readable .npy array (not a .npy file"),
     "object array": (None, "the array holds Python objects (dtype object)"),
     "strings": (_npy_bytes(np.array([["a", "b"], ["c", "d"]])), "expected a numeric (float or integer) array"),
     "bool": (_npy_bytes(np.ones((3, 2), dtype=bool)), "expected a numeric (float or integer) array, got dtype bool"),
     "1-D": (_npy_bytes(np.ones(5)), "expected an n x D matrix (2-D array), got shape (5,)"),
     "3-D": (_npy_bytes(np.ones((2, 3, 4))), "expected an n x D matrix (2-D array), got shape (2, 3, 4)"),
-    "header promises 8 TB": (HUGE_HEADER, "truncated: the header says shape (1000000, 1000000)"),
+    "header promises 8 TB": (HUGE_HEADER, "not a readable .npy array (truncated: the header says shape "
+                                          "(1000000, 1000000)"),
     "one row": (_npy_bytes(np.ones((1, 4))), "need at least 2 rows"),
 }
 

@@ -116,6 +116,13 @@ def test_large_file_duplicate_at_the_very_end_names_both_lines(large, tmp_path):
         read_rate_data(dup, ["L", "H"])
 
 
+def test_large_file_over_the_bootstrap_budget_names_the_option(large, capsys):
+    """Read and validated, then refused before any resample: the memory budget names --bootstrap."""
+    _, path = large
+    code, out, err = _run(capsys, "rate", "check", path, "--claim", CLAIM)
+    _one_line_error(code, out, err, f"--bootstrap=1000 on 24 levels x {N_SEEDS_LARGE} seeds would need about")
+
+
 def test_duplicate_is_the_first_repeated_pair_in_file_order(tmp_path):
     text = "L,H,seed,error\n" + "".join(f"{L},{H},{s},0.{L}{s}\n" for L in (2, 4) for H in (1, 4) for s in (0, 1))
     text += "4,4,0,0.1\n2,1,1,0.2\n"  # lines 10 and 11 repeat lines 8 and 3

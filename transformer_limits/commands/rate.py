@@ -103,6 +103,6 @@ def _option_names(message: str) -> str:
     """The API names arguments (``n_boot``); on the command line they are options (``--bootstrap``)."""
     for api, option in (("n_boot", "--bootstrap"), ("seed_column", "--seed-column"), ("params", "--param"),
                         ("noise_floor", "--noise-floor")):
-        if message.startswith(api + " ") or message.startswith(api + ":"):
+        if message.startswith((api + " ", api + ":", api + "=")):  # "n_boot=1000 ... over the memory budget"
             return option + message[len(api):]
     return message

@@ -189,12 +189,12 @@ def _load_matrix(path: str) -> Any:
     with open_regular_file(path, "a .npy file") as fh:
         size = os.fstat(fh.fileno()).st_size
         if size == 0:
-            raise UsageError(f"{path}: empty file (expected a .npy array)")
+            raise UsageError(f"{path}: not a readable .npy array (empty file)")
         magic = fh.read(len(npy.MAGIC_PREFIX))
         if magic.startswith(b"PK"):
             raise UsageError(f"{path}: expected a single .npy array, got an .npz archive")
         if magic != npy.MAGIC_PREFIX:
-            raise UsageError(f"{path}: not a .npy file (it does not start with the .npy magic bytes)")
+            raise UsageError(f"{path}: not a readable .npy array (not a .npy file: no .npy magic bytes at the start)")
         fh.seek(0)
         try:
             version = npy.read_magic(fh)
@@ -204,7 +204,7 @@ def _load_matrix(path: str) -> Any:
                                  "(numpy.save writes 1.0 or 2.0 for numeric arrays)")
             shape, _, dtype = readers[version](fh)
         except (ValueError, OSError, EOFError) as exc:
-            raise UsageError(f"{path}: malformed .npy header ({_first_line(exc)})") from None
+            raise UsageError(f"{path}: not a readable .npy array (malformed header: {_first_line(exc)})") from None
         if dtype.hasobject:
             raise UsageError(f"{path}: the array holds Python objects (dtype {dtype}), which are not loaded "
                              "(pickled data can run code): save a float array")
@@ -214,8 +214,8 @@ def _load_matrix(path: str) -> Any:
             raise UsageError(f"{path}: expected an n x D matrix (2-D array), got shape {shape}")
         need, have = math.prod(shape) * dtype.itemsize, size - fh.tell()
         if have < need:
-            raise UsageError(f"{path}: truncated: the header says shape {shape} of {dtype} ({need} bytes of "
-                             f"data), the file holds {have}")
+            raise UsageError(f"{path}: not a readable .npy array (truncated: the header says shape {shape} of "
+                             f"{dtype}, {need} bytes of data, the file holds {have})")
         fh.seek(0)
         try:
             return np.load(fh, allow_pickle=False)

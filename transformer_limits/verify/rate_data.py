@@ -28,8 +28,8 @@ import numpy as np
 from transformer_limits.errors import InputError
 from transformer_limits.input_files import read_regular_file
 
-__all__ = ["ERROR_MIN", "ERROR_MAX", "TERM_MIN", "TERM_MAX", "TERM_SPREAD_MAX", "RateData", "check_claim_range", "read_rate_data",
-           "level_text"]
+__all__ = ["ERROR_MIN", "ERROR_MAX", "TERM_MIN", "TERM_MAX", "TERM_SPREAD_MAX", "RateData", "check_claim_range",
+           "read_rate_data", "level_text"]
 
 #: the range of errors the fits handle in float64: they square, sum and divide errors (an error of
 #: 1e308 overflows the mean of two seeds, one of 1e-160 underflows its square), so 1e±150 leaves room
