@@ -58,7 +58,9 @@ def test_draft_a_typo_differs_only_with_biases():
 def test_correct_formula_passes_and_draft_a_typo_fails(small_profile):
     config = ExperimentConfig("quick", seed=3)
     right = ly.run(config)
-    assert right.passed, right.checks[0]
+    # the small test profile is not contradicted, but has little power (≈ 0.36): the statistics are
+    # the subject here, the quick profile's power is in docs/verification.md
+    assert right.status in ("pass", "inconclusive") and right.checks[0].passed, right.checks[0]
     assert [f.name for f in right.figures] == ["lyapunov-z-scores"] and right.figures[0].png[:4] == b"\x89PNG"
     typo = ly.run(config, formula=lambda a, d, s: ly.draft_a_typo_lambda_1(d, s) if a == "relu"
                   else ly.predicted_lambda_1(a, d, s)["lambda_1"])
@@ -75,7 +77,7 @@ def test_missing_one_over_d_in_k_prime_fails(small_profile):
         v = ly.predicted_lambda_1(a, d, s)
         return (d - 3) / 2 * d * v["dk1"] - (d - 1) / 2 * v["k1"]
 
-    assert ly.run(ExperimentConfig("quick", seed=3), formula=wrong).status == "fail"
+    assert ly.run(ExperimentConfig("quick", seed=3), formula=wrong).status == "fail"  # not merely inconclusive
 
 
 def test_seeded_deterministic_and_worker_independent(small_profile):

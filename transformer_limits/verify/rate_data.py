@@ -94,8 +94,8 @@ class _FileLines:
 def _read_csv(path: str) -> tuple[dict[str, list[str]], _FileLines, str]:
     """Columns (name -> stripped cells), the file line of each data row and the file's SHA-256.
 
-    Every step is a C-level pass over the rows (``list(reader)``, ``zip``, ``map``); the per-row
-    Python loops run only to locate an error."""
+    Every step is a C-level pass over the rows (``list(reader)``, ``map``, ``compress``); the
+    per-row Python loops run only to locate an error."""
     raw = read_regular_file(path, "a CSV file")  # refuses folders, FIFOs and devices before reading
     try:
         text = raw.decode("utf-8-sig")
@@ -114,7 +114,7 @@ def _read_csv(path: str) -> tuple[dict[str, list[str]], _FileLines, str]:
     kept = list(compress(range(len(all_rows)), map(str.strip, map("".join, all_rows))))
     if not kept:
         raise InputError(f"{path}: empty file (only blank lines; expected a header line naming the columns)")
-    lines = _FileLines(text, kept)
+    lines = _FileLines(text, kept)  # lines[0]: the header's line
     header = [cell.strip() for cell in all_rows[kept[0]]]
     if all(_is_number(c) for c in header if c):
         raise InputError(f"{path}: line {lines[0]} has no header: the first line must name the columns "
@@ -135,8 +135,7 @@ def _read_csv(path: str) -> tuple[dict[str, list[str]], _FileLines, str]:
         raise InputError(f"{path}: line {lines[k + 1]}: {len(body[k])} fields, but the header has {width}")
     # column by column (zip(*body) would unpack a million rows into one call's arguments)
     columns = {c: list(map(str.strip, map(itemgetter(j), body))) for j, c in enumerate(header)}
-    lines.raw_rows = kept[1:]
-    return columns, lines, hashlib.sha256(raw).hexdigest()
+    return columns, _FileLines(text, kept[1:]), hashlib.sha256(raw).hexdigest()
 
 
 def _is_number(text: str) -> bool:
@@ -201,12 +200,13 @@ def _seed_order(label: str) -> tuple:
 
 def _floats(cells: list[Any], texts: bool) -> tuple[np.ndarray, np.ndarray]:
     """``(values, unreadable)``: the cells as float64 and a mask of the cells :func:`_number` refuses
-    (their value is NaN).  CSV cells (``texts``) are converted by ``float`` in one C-level pass."""
-    if texts:
+    (their value is NaN).  CSV cells (``texts``) and plain numbers are converted by ``float`` in one
+    C-level pass; anything else (a bool, a string in a mapping, a bad cell) cell by cell."""
+    if texts or all(type(c) in (int, float) for c in cells):  # not bool: type(True) is bool
         try:
             return np.fromiter(map(float, cells), np.float64, len(cells)), np.zeros(len(cells), bool)
-        except ValueError:
-            pass  # an unreadable cell: find it cell by cell below
+        except (ValueError, OverflowError):
+            pass  # an unreadable cell or an int beyond float64: find it cell by cell below
     values = np.full(len(cells), np.nan)
     bad = np.zeros(len(cells), bool)
     for i, cell in enumerate(cells):
@@ -246,7 +246,7 @@ def read_rate_data(data: Any, params: Sequence[str], *, error: str = "error",
     ``data``: a CSV path (``str``/``PathLike``; header line, then one row per point and seed) or a
     mapping column name -> 1-D values.  ``params``: the parameter columns (values finite and > 0,
     at least 2 levels each); ``error``: the error column (finite, within
-    [:data:`ERROR_MIN`, :data:`ERROR_MAX`]); ``seed_column``: the seed labels (``None``: a column
+    [``ERROR_MIN``, ``ERROR_MAX``] of this module); ``seed_column``: the seed labels (``None``: a column
     named ``seed`` if there is one, else the rows of a point are its seeds in file order).  Every
     point needs the same number (>= 2) of seeds and no (point, seed) pair may repeat.  A CSV path
     must be a regular file (not a folder, FIFO or device).  Raises
@@ -316,7 +316,13 @@ def read_rate_data(data: Any, params: Sequence[str], *, error: str = "error",
         rank[order] = np.arange(n) - np.repeat(np.flatnonzero(new_point), counts)
         labels = [str(r) for r in rank.tolist()]
     else:
-        labels = columns[seed_column] if texts else [_seed_label(cell) for cell in columns[seed_column]]
+        cells = columns[seed_column]
+        if texts:
+            labels = cells  # stripped strings already
+        elif all(type(c) is int for c in cells):  # the usual integer seeds: one C-level pass
+            labels = list(map(str, cells))
+        else:
+            labels = [_seed_label(cell) for cell in cells]
         pairs = list(zip(point.tolist(), labels))
         if not all(labels) or len(set(pairs)) < n:  # hashing: linear in the rows; then find the first
             seen: dict[tuple[int, str], int] = {}  # (point, seed) -> its first row
