@@ -9,7 +9,9 @@
   the reason when that backend is not usable here.
 """
 
+import contextlib
 import os
+import signal
 import sys
 
 if "NUMBA_ENABLE_CUDASIM" not in os.environ and not os.path.exists("/dev/nvidia0"):
@@ -86,3 +88,20 @@ def registry():
     for name in set(sys.modules) - saved[4]:
         if name.startswith((em._FILE_MODULE_PREFIX, "tlplug_", "em_gbm_example")):
             del sys.modules[name]
+
+
+@contextlib.contextmanager
+def hang_guard(seconds: int = 120):
+    """Fail (TimeoutError) instead of hanging when the block has not finished after ``seconds``: a
+    liveness guard for code that once hung, generous enough never to measure speed (timings belong
+    in benchmarks, never in assertions).  Main thread only (SIGALRM)."""
+    def _raise(signum, frame):  # noqa: ARG001 - signal handler API
+        raise TimeoutError(f"did not finish within {seconds} s (hang guard)")
+
+    previous = signal.signal(signal.SIGALRM, _raise)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import hang_guard
 
 from transformer_limits.cli import main
 from transformer_limits.errors import EnvironmentFailure, InputError, SchedulerError, StoreError
@@ -172,9 +173,8 @@ def test_store_locked_by_another_process_waits_the_stated_timeout(fakes, tmp_pat
         """)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        start = time.monotonic()
-        assert _verify_with_store(store, tmp_path) == 2
-        assert time.monotonic() - start < 10
+        with hang_guard():  # waits the stated 0.5 s, then gives up (the message says so)
+            assert _verify_with_store(store, tmp_path) == 2
         _one_line_error(capsys, "locked by another process", "0.5 s")
     finally:
         holder.kill()
@@ -289,9 +289,8 @@ def test_malformed_scheduler_address(fakes, tmp_path, capsys, address, needle):
 
 def test_scheduler_port_closed_fails_fast(fakes, capsys):
     pytest.importorskip("distributed")
-    start = time.monotonic()
-    assert main(["verify", "fault-a", "--scheduler", f"tcp://127.0.0.1:{_closed_port()}"]) == 2
-    assert time.monotonic() - start < 5
+    with hang_guard():
+        assert main(["verify", "fault-a", "--scheduler", f"tcp://127.0.0.1:{_closed_port()}"]) == 2
     _one_line_error(capsys, "cannot connect")
     assert CALLS == []
 
@@ -305,9 +304,8 @@ def test_scheduler_that_is_not_dask_fails_fast(fakes, capsys, monkeypatch, reply
     pytest.importorskip("distributed")
     monkeypatch.setattr(sweep_executors, "SCHEDULER_TIMEOUT_S", 1.0)
     with fake_server(reply) as address:
-        start = time.monotonic()
-        assert main(["verify", "fault-a", "--scheduler", address]) == 2
-        assert time.monotonic() - start < 5  # before: hung (HTTP) or MemoryError (garbage)
+        with hang_guard():  # before: hung (HTTP) or MemoryError (garbage)
+            assert main(["verify", "fault-a", "--scheduler", address]) == 2
     _one_line_error(capsys, needle, address)
     assert CALLS == []
 

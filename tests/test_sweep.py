@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import hang_guard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -289,10 +290,8 @@ def test_a_cluster_that_lost_every_worker_stops_the_sweep(tmp_path, monkeypatch)
 
     monkeypatch.setattr(driver, "WORKER_WATCH_S", 0.05)
     monkeypatch.setattr(executors, "make_executor", lambda *a: (WorkerlessExecutor(), 4))
-    start = time.monotonic()
-    with pytest.raises(EnvironmentFailure, match="no worker for over .* 18 points unfinished"):
+    with hang_guard(), pytest.raises(EnvironmentFailure, match="no worker for over .* 18 points unfinished"):
         run_sweep(noisy_point, SPEC, tmp_path / "x.sqlite", scheduler="tcp://10.0.0.1:8786", progress=False)
-    assert time.monotonic() - start < 30
     monkeypatch.undo()
     assert run_sweep(noisy_point, SPEC, tmp_path / "x.sqlite", workers=1, progress=False).n_run == 18
 
