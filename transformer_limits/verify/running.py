@@ -136,16 +136,17 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
         # an InputError here too: exit 2 promises "before any work", and the work has started
         result = _crashed(experiment, config, exc)
     else:
-        errors = result_errors(result)
-        if not errors:
+        invalid = result_errors(result)
+        if invalid:  # nothing of it can be trusted to be decidable or even JSON
+            result = _invalid(experiment, config, result, invalid)
+        else:
             apply_declarations(experiment.checks, result.checks)
-            errors = declaration_errors(experiment.checks, result.checks)
-        if not errors and not result.checks:
-            errors = ["the result reports no checks"]
-        if errors:
-            result = _invalid(experiment, config, result, errors)
-        elif used == "float32":
-            _record_precision_error(result, experiment, config)
+            errors = declaration_errors(experiment.checks, result.checks) or \
+                ([] if result.checks else ["the result reports no checks"])
+            if errors:
+                result.error = "; ".join(errors)
+            elif used == "float32":
+                _record_precision_error(result, experiment, config)
     finally:
         _CHOICES.reset(token)
     _record_provenance(result, experiment, config, time.perf_counter() - start)
@@ -228,20 +229,11 @@ def _crashed(experiment: Experiment, config: ExperimentConfig, exc: BaseExceptio
 
 def _invalid(experiment: Experiment, config: ExperimentConfig, result: ExperimentResult,
              errors: list[str]) -> ExperimentResult:
-    """An ERROR result for a run whose result breaks its declarations or cannot be decided: the
-    checks that are valid Checks are kept for the reader (status "error" whatever they say); the
-    rest (tables, figures, data) is dropped, since it may not even be JSON."""
-    from transformer_limits.verify.verdicts import Check
-
+    """An ERROR result in place of a result that cannot be decided (``errors`` name the fields):
+    only its notes are kept, since its checks, tables or provenance may not even be JSON."""
     out = ExperimentResult(experiment.name, config.profile)
-    out.checks = [c for c in result.checks if isinstance(c, Check)] if isinstance(result.checks, list) else []
-    out.checks = [c for c in out.checks if not result_errors(ExperimentResult(experiment.name, config.profile,
-                                                                              checks=[c]))]
     out.error = f"invalid result of {experiment.name}: " + "; ".join(errors)
     out.notes = [n for n in result.notes if isinstance(n, str)] if isinstance(result.notes, list) else []
-    if isinstance(result.provenance, dict) and not result_errors(
-            ExperimentResult(experiment.name, config.profile, provenance=result.provenance)):
-        out.provenance = result.provenance
     return out
 
 

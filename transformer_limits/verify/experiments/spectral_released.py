@@ -340,6 +340,12 @@ def analyse(groups: Groups, config: ExperimentConfig, *, experiment: str = "spec
                    else "not contradicted, not established")
         result.notes.append(f"{c.name}: {parts} (each one-sided at {1 - c.statistics['per_pair_level']:.4g}) "
                             f"— {verdict}.")
+    for c in result.checks[1:]:
+        if c.state == "inconclusive" and c.power is not None:
+            result.notes.append(
+                f"{c.name} is INCONCLUSIVE, and these data cannot make it decided: power {c.power:.2f} against "
+                f"{c.alternative}. The released points hold one run per width at 8 widths, so no seeds or "
+                "widths can be added; only new training runs (more widths or seeds per width) could decide it.")
     if manipulation:
         result.notes.append(f"Deliberately wrong input: {manipulation}. This variant must FAIL.")
     result.provenance = dict(
