@@ -100,7 +100,7 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
     ("ratio_trend", "transformer_limits/verify/stats/ratio_trend.py",
      ("tests/test_stats_ratio_trend.py", "tests/test_interval_coverage.py?")),
     ("beta_difference", "transformer_limits/verify/stats/beta_difference.py",
-     ("tests/test_stats_beta_difference.py", "tests/test_interval_coverage.py?")),
+     ("tests/test_stats_beta_difference.py", "tests/test_interval_coverage.py?", "tests/test_power.py?")),
     ("rate_claims", "transformer_limits/verify/rate_claims.py",
      ("tests/test_rate_claims.py", "tests/test_mutants_rate_claims.py?")),
     ("rate_claim_grammar", "transformer_limits/verify/rate_claim_grammar.py",
@@ -111,7 +111,11 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
     ("devices", "transformer_limits/numeric/devices.py",
      ("tests/test_device_selection.py", "tests/test_precision.py")),
     ("running", "transformer_limits/verify/running.py",
-     ("tests/test_precision.py", "tests/test_device_selection.py", "tests/test_check_spec.py?")),
+     ("tests/test_precision.py", "tests/test_device_selection.py", "tests/test_check_spec.py?",
+      "tests/test_result_validation.py?")),
+    # issue 21: power of every check, results validated before a verdict
+    ("power", "transformer_limits/verify/stats/power.py", ("tests/test_power.py",)),
+    ("result_validation", "transformer_limits/verify/result_validation.py", ("tests/test_result_validation.py",)),
     ("lyapunov", "transformer_limits/symbolic/lyapunov.py",
      ("tests/test_lyapunov.py", "tests/test_numeric_edges.py", "tests/test_lyapunov_identity.py?")),
 ]

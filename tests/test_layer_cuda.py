@@ -1,6 +1,6 @@
 """The attention-layer kernels on the CUDA flavours (kernel family LAYER_ADJOINT): python-cuda
 (``numba.cuda.jit``, run here in Numba's CUDA simulator) and cuda-c (CuPy RawModule; compiled by nvcc
-here, run only on a device), against the NumPy reference backend of
+here, executed on the CPU by tests/test_cuda_c_host.py and on a device), against the NumPy reference backend of
 :class:`transformer_limits.numeric.attention.layer.AttentionLayer` (docs/theory.md §A.2):
 
     F^i = sum_h c_h O_h sum_j P^h_ij V_h x^j,   P^h_ij = softmax_j(beta <Q_h x^i, K_h x^j>) over visible j,

@@ -127,7 +127,7 @@ class MLPFieldKernels:
         out = dev.empty(shape)
         if kind == "zonal":  # X, d, sigma_u, sigma_w, coef
             X, d, sigma_u, sigma_w, coef = args
-            tail = (coef.shape[0], out, X.shape[0], X.shape[1]) if c else (coef, out)
+            tail = (coef, coef.shape[0], out, X.shape[0], X.shape[1]) if c else (coef, out)
             dev.launch(m, "zonal_kernel_matrix", shape[0] * shape[1], X, float(d), float(sigma_u),
                        float(sigma_w), *tail)
             return out
