@@ -11,7 +11,8 @@ host <-> device copy counted by :func:`~transformer_limits.numeric.device_arrays
 * the transformer's forward pass also equals a NumPy transcription of the maps
   ``Y = LN(X + Δt s softmax(β X X^T) X)``, ``X' = LN(Y + √Δt ((1/√m) W φ(U Y/√d + b_U) + b_W))``;
 * float32 (NumPy) returns float32 and agrees with float64 to 1e-4 on these short runs (float32 round-off
-  ~6e-8 per operation, a few hundred operations, contracting normalisation steps).
+  ~6e-8 per operation, a few hundred operations, contracting normalisation steps): that CPU path is
+  tested in the default run, tests/test_batched_simulators_cpu.py.
 """
 
 import math
@@ -171,37 +172,12 @@ def test_same_seed_same_run_on_the_device():
     assert not np.array_equal(_sde(SIM).simulate(X0, 0.5, 4, 9), _sde(SIM).simulate(X0, 0.5, 4, 8))
 
 
-@pytest.mark.parametrize("activation", ["relu", "tanh"])
-def test_float32_numpy_path_returns_float32_close_to_float64(activation):
-    X0, systems = _points(5, 7), [_points(4, 8), _points(3, 9)]
-    pairs = [
-        (_sde("numpy", activation, precision="float32").simulate(X0, 0.5, 5, 2),
-         _sde("numpy", activation).simulate(X0, 0.5, 5, 2)),
-        (_model("numpy", activation=activation, precision="float32").run(X0, 2),
-         _model("numpy", activation=activation).run(X0, 2)),
-    ]
-    pairs += list(zip(_sde("numpy", activation, precision="float32").simulate_systems(systems, 0.5, 5, 8, 2),
-                      _sde("numpy", activation).simulate_systems(systems, 0.5, 5, 8, 2)))
-    for f32, f64 in pairs:
-        assert f32.dtype == np.float32 and f32.shape == f64.shape
-        np.testing.assert_allclose(f32, f64, rtol=0, atol=1e-4)
-        assert np.max(np.abs(f32 - f64)) > 0  # really computed in float32
-        np.testing.assert_allclose(np.linalg.norm(f32, axis=-1), 1.0, atol=1e-6)
-
-
-@pytest.mark.parametrize("backend", ["numba", SIM])
+@pytest.mark.parametrize("backend", [SIM])  # the numba case: tests/test_batched_simulators_cpu.py
 def test_float32_on_a_float64_only_backend_names_precision(backend):
     with pytest.raises(ValueError, match="precision"):
         _sde(backend, precision="float32")
     with pytest.raises(ValueError, match="precision"):
         _model(backend, precision="float32")
-    with pytest.raises(ValueError, match="precision"):
-        _sde("numpy", precision="float16")
-
-
-def test_from_model_keeps_the_precision():
-    sde = CommonNoiseSDE.from_model(_model("numpy", precision="float32"))
-    assert sde.precision == "float32" and sde.device_resident
 
 
 @pytest.mark.gpu

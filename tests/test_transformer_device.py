@@ -7,7 +7,8 @@
 for B independent problems in one launch per kernel: each problem's states, adjoints and gradients
 equal the NumPy reference backend run on that problem alone; the number of host <-> device copies of a
 forward + backward pass does not depend on the depth L (the states never leave the device between
-layers); float32 on the CPU (blas) agrees with float64 and stays float32.  Small sizes (N = 5, d = 3).
+layers).  Small sizes (N = 5, d = 3).  The CPU paths (the batch as the loop over problems, float32 on
+blas/numpy, argument errors) are tested in the default run: tests/test_batched_simulators_cpu.py.
 """
 
 import numpy as np
@@ -167,68 +168,12 @@ def test_same_seed_same_bits():
         np.testing.assert_array_equal(runs[0][1].grads[k], runs[1][1].grads[k])
 
 
-@pytest.mark.parametrize("backend", ["blas", "numpy"])
-def test_float32_on_the_cpu_agrees_with_float64_and_stays_float32(backend):
-    """float32 arithmetic (eps 1.2e-7) through L = 3 layers: states, adjoints and gradients within 1e-4
-    relative (to each array's largest entry) of float64, every output float32."""
-    X, params, pL, w = _batch(13, False)
-    out = {}
-    for precision in ("float64", "float32"):
-        m = _model(backend, True, precision=precision)
-        fwd = m.forward_batch(X, params, w)
-        out[precision] = (fwd.states, m.backward_batch(fwd, params, pL))
-    s32, a32 = out["float32"]
-    s64, a64 = out["float64"]
-    assert s32.dtype == a32.p.dtype == np.float32 and all(g.dtype == np.float32 for g in a32.grads.values())
-    assert s64.dtype == np.float64
-    assert _rel(s32, s64) <= 1e-4 and _rel(a32.p, a64.p) <= 1e-4
-    for k in params:
-        assert _rel(a32.grads[k], a64.grads[k]) <= 1e-4, k
-    assert _rel(s32, s64) > 0  # really computed in float32
-
-
-def test_cpu_batch_is_the_loop_over_problems():
-    X, params, pL, w = _batch(17, False)
-    m = _model("blas", causal=True)
-    fwd = m.forward_batch(X, params, w)
-    adj = m.backward_batch(fwd, params, pL)
-    for b in range(B):
-        f = m.forward(X[b], _one(params, b, False), w[b])
-        a = m.backward(f, _one(params, b, False), pL[b])
-        np.testing.assert_array_equal(fwd.states[:, b], f.states)
-        np.testing.assert_array_equal(adj.p[:, b], a.p)
-        for k in params:
-            np.testing.assert_array_equal(adj.grads[k][b], a.grads[k])
-
-
-@pytest.mark.parametrize("backend", ["numba", "numba-cuda-sim"])
+@pytest.mark.parametrize("backend", ["numba-cuda-sim"])  # the numba case: tests/test_batched_simulators_cpu.py
 def test_float32_needs_a_float32_backend(backend):
     if not REGISTRY[backend].available:
         pytest.skip(f"{backend} unavailable: {REGISTRY[backend].reason}")
     with pytest.raises(ValueError, match="precision"):
         _model(backend, precision="float32")
-
-
-def test_bad_arguments_name_themselves():
-    X, params, pL, w = _batch(19, False)
-    m = _model("blas")
-    with pytest.raises(ValueError, match="precision"):
-        _model("blas", precision="float16")
-    with pytest.raises(ValueError, match="X0s"):
-        m.forward_batch(X[0], params)
-    with pytest.raises(ValueError, match="X0s"):
-        m.forward_batch(X[:, :, :2], params)
-    with pytest.raises(ValueError, match="params"):
-        m.forward_batch(X[:2], params)  # per-problem parameters for B = 3, tokens for B = 2
-    with pytest.raises(ValueError, match="params"):
-        m.forward_batch(X, {k: v for k, v in params.items() if k != "O"})
-    with pytest.raises(ValueError, match="head_weights"):
-        m.forward_batch(X, params, w[:, :, :1])
-    fwd = m.forward_batch(X, params)
-    with pytest.raises(ValueError, match="p_final"):
-        m.backward_batch(fwd, params, pL[:, :3])
-    with pytest.raises(ValueError, match="X0"):
-        m.forward(X, _one(params, 0, False))
 
 
 @pytest.mark.gpu
