@@ -53,7 +53,7 @@ from transformer_limits.verify.stats.power import deterministic_power
 from transformer_limits.verify.verdicts import Check, attach_power
 
 __all__ = ["GRIDS", "OPTIMIZERS", "STRATA_ALL", "RENYI_ALPHAS", "BetaFit", "fit_betas", "muon_hard_beta_check",
-           "dion_monotone_check", "TrainingGrid", "run", "run_grid", "sweep_spec", "train_point"]
+           "dion_monotone_check", "TrainingGrid", "run", "run_grid", "sweep_spec", "toy_finding", "train_point"]
 
 OPTIMIZERS = ("adamw", "muon", "normuon", "dion-1/2", "dion-1/16")
 LABELS = {"adamw": "AdamW", "muon": "Muon", "normuon": "NorMuon", "dion-1/2": "Dion 1/2", "dion-1/16": "Dion 1/16"}
@@ -134,6 +134,22 @@ MUON_SPEC = CheckSpec("muon_hard_beta_exceeds_adamw", verdict="one-sided bootstr
                       alternative=-0.532)
 DION_SPEC = CheckSpec("dion_rank_monotone", verdict="one-sided bootstrap bound of Δβ_hard", alpha=ALPHA,
                       alternative=-0.287)
+
+
+#: the decided states of an ordering at toy scale (docs/paper_c_toy.md), from its check's finding
+TOY_FINDINGS = {"reproduced": "REPRODUCED", "reproduced, smaller than published": "REPRODUCED",
+                "effect excluded": "CONTRADICTED", "reversed": "CONTRADICTED", "undecided": "INCONCLUSIVE"}
+
+
+def toy_finding(check: Check) -> str:
+    """The toy's answer to an ordering of paper C, in words: REPRODUCED (every lower bound of Δβ above
+    0), CONTRADICTED (the published effect size excluded by an upper bound, or the ordering reversed)
+    or INCONCLUSIVE, with the power against the published effect."""
+    finding = check.statistics.get("finding", "undecided")
+    state = TOY_FINDINGS[finding]
+    effect = check.statistics.get("effect_size")
+    power = "power not stated" if check.power is None else f"power {check.power:.2f} against Δβ = {effect:.3g}"
+    return f"{state} ({finding}; {power})"
 
 
 def muon_hard_beta_check(fits: dict[tuple[str, str, str], BetaFit], alpha: float = ALPHA) -> Check:
@@ -377,11 +393,8 @@ def run_grid(grid: TrainingGrid, config: ExperimentConfig) -> ExperimentResult:
     for c in (muon_check, dion_check):
         parts = ", ".join(f"{p['stratum']}: Δβ = {p['delta']:.3f} [{p['lower']:.3f}, {p['upper']:.3f}]"
                           for p in c.statistics["pairs"])
-        verdict = ("reproduced (supported)" if c.statistics["supported"] else
-                   "NOT reproduced: the opposite ordering is significant" if not c.passed else
-                   "not established at this scale (interval contains 0)")
         result.notes.append(f"{c.name}: {parts} (conservative bounds, each one-sided at confidence "
-                            f"{1 - c.statistics['per_pair_level']:.3g}) — {verdict}.")
+                            f"{1 - c.statistics['per_pair_level']:.3g}) — {toy_finding(c)}.")
     result.provenance = dict(grid=dict(grid.__dict__), optimizers=list(OPTIMIZERS), base_seed=config.seed,
                              processes=None if config.scheduler else max(2, config.workers),
                              scheduler=config.scheduler, runs_trained=sweep.n_run, runs_from_store=sweep.n_skipped,

@@ -23,7 +23,8 @@ class FitQuality:
 
     ``relative_residuals[i] = ē_i / pred_i − 1`` over the fitted points.  Lack-of-fit F test (pure
     error from the seeds): ``f_statistic = [Σ_i (log ē_i − log pred_i)² / dof] / s²`` with s² the mean over
-    points of the bootstrap variance of log ē_i (scaled by n_seeds/(n_seeds − 1)), ``dof = n −
+    points of the bootstrap variance of log ē_i (the replicates come from ``seed_replicates``, which
+    already expands them by n_seeds/(n_seeds − 1); nothing is scaled here), ``dof = n −
     n_fitted``, ``dof_noise = n (n_seeds − 1)``, ``p_value = P(F_{dof, dof_noise} ≥ f_statistic)``.  A small
     p-value says the law does not describe the data within seed noise (wrong model, pre-asymptotic
     levels or a plateau).  NaN without a bootstrap or without residual degrees of freedom.
