@@ -47,3 +47,23 @@ def test_a_second_run_with_the_same_store_trains_nothing_and_gives_the_same_resu
         assert entry["experiment"] == "spectral-scaling" and entry["n_ok"] == N_RUNS
         rows = db.rows(entry["experiment"], entry["config_hash"])
     assert all(row["attempts"] == 1 for row in rows.values())  # no point was written twice
+
+
+def test_more_seeds_for_some_optimizers_trains_only_their_extra_runs(tmp_path):
+    """The full profile trains the Dion runs with more seeds (their check needs them for power): the
+    extra seeds are a sweep of their own in the same store, the other optimizers keep theirs."""
+    grid = ss.TrainingGrid(**{**TINY.__dict__, "more_seeds": (("dion-1/2", 3), ("dion-1/16", 3))})
+    assert grid.seeds_of("dion-1/2") == 3 and grid.seeds_of("adamw") == 2
+    (extra,) = ss.more_seeds_specs(grid, base_seed=5)
+    assert extra["grid"] == {"optimizer": ["dion-1/2", "dion-1/16"], "k": [1, 2], "seed": [7]}
+    store = str(tmp_path / "spectral.sqlite")
+    config = ExperimentConfig(profile="full", seed=5, workers=2, store=store)
+    ss.run_grid(TINY, config)  # the main grid first: the extra runs then add only 2 x 2 runs
+    result = ss.run_grid(grid, config)
+    assert (result.provenance["runs_trained"], result.provenance["runs_from_store"]) == (4, N_RUNS)
+    seeds = {(r["optimizer"], r["seed"]) for r in result.tables["runs"]}
+    assert ("Dion 1/16", 7) in seeds and ("AdamW", 7) not in seeds
+    rows = {(r["optimizer"], r["stratum"], r["metric"]): r["n_seeds"] for r in result.tables["betas"]}
+    assert rows[("Dion 1/2", "GLOBAL", "hard")] == 3 and rows[("AdamW", "GLOBAL", "hard")] == 2
+    with pytest.raises(ValueError, match="more_seeds"):
+        ss.TrainingGrid(**{**TINY.__dict__, "more_seeds": (("dion-1/2", 2),)})

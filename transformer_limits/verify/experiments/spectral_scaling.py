@@ -53,7 +53,7 @@ from transformer_limits.verify.stats.power import deterministic_power
 from transformer_limits.verify.verdicts import Check, attach_power
 
 __all__ = ["GRIDS", "OPTIMIZERS", "STRATA_ALL", "RENYI_ALPHAS", "BetaFit", "fit_betas", "muon_hard_beta_check",
-           "dion_monotone_check", "TrainingGrid", "run", "run_grid", "sweep_spec", "toy_finding", "train_point"]
+           "dion_monotone_check", "TrainingGrid", "more_seeds_specs", "run", "run_grid", "sweep_spec", "toy_finding", "train_point"]
 
 OPTIMIZERS = ("adamw", "muon", "normuon", "dion-1/2", "dion-1/16")
 LABELS = {"adamw": "AdamW", "muon": "Muon", "normuon": "NorMuon", "dion-1/2": "Dion 1/2", "dion-1/16": "Dion 1/16"}
@@ -80,11 +80,27 @@ class TrainingGrid:
     n_layers: int = 2
     n_heads: int = 4
     context: int = 64
+    #: optimizers trained with more seeds than ``seeds`` (optimizer, total seeds): the Dion check
+    #: needs ~1.5x the seeds of the Muon check for power 0.8, and Dion runs are the cheapest
+    more_seeds: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, n in self.more_seeds:
+            if name not in OPTIMIZERS or not (isinstance(n, int) and n > self.seeds):
+                raise ValueError(f"more_seeds: ({name!r}, {n!r}) needs a known optimizer and more than "
+                                 f"{self.seeds} seeds")
+
+    def seeds_of(self, optimizer: str) -> int:
+        """The seeds ``optimizer`` is trained with."""
+        return dict(self.more_seeds).get(optimizer, self.seeds)
 
 
 GRIDS = {
     "quick": TrainingGrid(ffn_mults=(1, 2, 4), seeds=2, steps=150, batch_size=24, eval_sequences=64),
-    "full": TrainingGrid(ffn_mults=(1, 2, 4, 8), seeds=3, steps=400, batch_size=32, eval_sequences=96),
+    # full: Muon's ordering has power 0.999 at 3 seeds, Dion's 0.64, so the Dion runs get 6 (measured,
+    # docs/paper_c_toy.md)
+    "full": TrainingGrid(ffn_mults=(1, 2, 4, 8), seeds=3, steps=400, batch_size=32, eval_sequences=96,
+                         more_seeds=(("dion-1/2", 6), ("dion-1/16", 6))),
 }
 
 
@@ -215,16 +231,32 @@ def train_point(point: dict[str, Any]) -> dict[str, Any]:
                 tokens_per_stratum=res.tokens_per_stratum)
 
 
-def _train_runs(grid: TrainingGrid, config: ExperimentConfig) -> tuple[list[dict[str, Any]], Any]:
-    """Every run of ``grid`` in sweep order (optimizer, k, seed), ``ranks[(stratum, α)]`` decoded."""
+def more_seeds_specs(grid: TrainingGrid, base_seed: int) -> list[dict[str, Any]]:
+    """The sweep grids of the extra seeds of ``grid.more_seeds``: per group of optimizers with the
+    same total, seeds ``base + grid.seeds .. base + total − 1`` (the main grid's runs are not repeated)."""
+    main = sweep_spec(grid, base_seed)
+    groups: dict[int, list[str]] = {}
+    for name, n in grid.more_seeds:
+        groups.setdefault(n, []).append(name)
+    return [{"grid": {"optimizer": [o for o in OPTIMIZERS if o in names], "k": list(grid.ffn_mults),
+                      "seed": [base_seed + s for s in range(grid.seeds, n)]}, "fixed": main["fixed"]}
+            for n, names in sorted(groups.items())]
+
+
+def _train_runs(grid: TrainingGrid, config: ExperimentConfig) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Every run of ``grid`` in sweep order (optimizer, k, seed; then the extra seeds), ``ranks[(stratum, α)]``
+    decoded, and the counts ``{"trained", "from_store"}``."""
     # at least two local processes (see the module docstring); a scheduler ignores workers
-    sweep = run_points(dataclasses.replace(config, workers=max(2, config.workers)), train_point,
-                       sweep_spec(grid, config.seed), experiment="spectral-scaling")
-    runs = []
-    for row in sweep.table:
-        ranks = {(s, a): float(v) for s in STRATA_ALL for a, v in zip(RENYI_ALPHAS, row["ranks"][s])}
-        runs.append(dict(row, ranks=ranks))
-    return runs, sweep
+    local = dataclasses.replace(config, workers=max(2, config.workers))
+    runs, counts = [], {"trained": 0, "from_store": 0}
+    for spec in [sweep_spec(grid, config.seed), *more_seeds_specs(grid, config.seed)]:
+        sweep = run_points(local, train_point, spec, experiment="spectral-scaling")
+        counts["trained"] += sweep.n_run
+        counts["from_store"] += sweep.n_skipped
+        for row in sweep.table:
+            ranks = {(s, a): float(v) for s in STRATA_ALL for a, v in zip(RENYI_ALPHAS, row["ranks"][s])}
+            runs.append(dict(row, ranks=ranks))
+    return runs, counts
 
 
 # ------------------------------------------------------------------------------------------------
@@ -317,7 +349,7 @@ def run(config: ExperimentConfig) -> ExperimentResult:
 def run_grid(grid: TrainingGrid, config: ExperimentConfig) -> ExperimentResult:
     """:func:`run` on an explicit :class:`TrainingGrid` (``config.profile`` only labels the result)."""
     start = time.perf_counter()
-    runs, sweep = _train_runs(grid, config)
+    runs, counts = _train_runs(grid, config)
     train_seconds = time.perf_counter() - start
 
     widths = np.array([k * grid.d_model for k in grid.ffn_mults], dtype=np.float64)
@@ -325,7 +357,7 @@ def run_grid(grid: TrainingGrid, config: ExperimentConfig) -> ExperimentResult:
     for name in OPTIMIZERS:
         for stratum in STRATA_ALL:
             for metric, a in METRICS.items():
-                R = np.empty((widths.size, grid.seeds))
+                R = np.empty((widths.size, grid.seeds_of(name)))
                 for r in runs:
                     if r["optimizer"] == name:
                         R[grid.ffn_mults.index(r["k"]), r["seed"] - config.seed] = r["ranks"][(stratum, a)]
@@ -359,7 +391,7 @@ def run_grid(grid: TrainingGrid, config: ExperimentConfig) -> ExperimentResult:
         beta_rows.append(dict(optimizer=LABELS[name], stratum=stratum, metric=metric, beta=f.beta,
                               boot_ci_low=blo, boot_ci_high=bhi, ols_beta=f.ols.beta, ols_ci_low=f.ols.ci_low,
                               ols_ci_high=f.ols.ci_high, ols_r2=f.ols.r2, n_widths=int(widths.size),
-                              n_seeds=grid.seeds))
+                              n_seeds=grid.seeds_of(name)))
         result.fits[f"beta/{LABELS[name]}/{stratum}/{metric}"] = dict(
             beta=f.beta, bootstrap_ci=[blo, bhi], ols_beta=f.ols.beta, ols_ci=[f.ols.ci_low, f.ols.ci_high],
             r2=f.ols.r2, confidence=0.95, n_boot=N_BOOT, aggregate="geometric mean over seeds")
@@ -369,7 +401,7 @@ def run_grid(grid: TrainingGrid, config: ExperimentConfig) -> ExperimentResult:
     result.tables["runs"] = [dict(**r["summary"], soft_global=r["ranks"][("GLOBAL", 1.0)],
                                   hard_global=r["ranks"][("GLOBAL", 2.0)]) for r in runs]
     result.tables["points"] = [dict(optimizer=LABELS[n], stratum=s, metric=m, width=float(widths[i]),
-                                    **{f"seed{j}": float(R[i, j]) for j in range(grid.seeds)})
+                                    **{f"seed{j}": float(R[i, j]) for j in range(R.shape[1])})
                                for (n, s, m), R in table.items() for i in range(widths.size)]
     result.figures.append(Figure("spectral_scaling_ranks", _rank_figure(widths, table, fits),
                                  "Post-activation FFN rank vs width (log-log), median over layers; points: geometric "
@@ -383,7 +415,8 @@ def run_grid(grid: TrainingGrid, config: ExperimentConfig) -> ExperimentResult:
               for n in OPTIMIZERS}
     result.notes.append(
         f"Toy scale: d_model {grid.d_model}, {grid.n_layers} layers, widths D = {[int(x) for x in widths]}, "
-        f"{grid.seeds} seeds, {grid.steps} steps x {grid.batch_size} x {grid.context} tokens; synthetic Zipf "
+        f"{grid.seeds} seeds" + "".join(f" ({LABELS[o]}: {n})" for o, n in grid.more_seeds)
+        + f", {grid.steps} steps x {grid.batch_size} x {grid.context} tokens; synthetic Zipf "
         f"language with H(mu) = {runs[0]['summary']['unigram_entropy']:.3f} nats and Bayes loss "
         f"{runs[0]['summary']['bayes_loss']:.3f}; mean held-out loss per optimizer: "
         + ", ".join(f"{k} {v:.3f}" for k, v in losses.items()) + ".")
@@ -397,7 +430,7 @@ def run_grid(grid: TrainingGrid, config: ExperimentConfig) -> ExperimentResult:
                             f"{1 - c.statistics['per_pair_level']:.3g}) — {toy_finding(c)}.")
     result.provenance = dict(grid=dict(grid.__dict__), optimizers=list(OPTIMIZERS), base_seed=config.seed,
                              processes=None if config.scheduler else max(2, config.workers),
-                             scheduler=config.scheduler, runs_trained=sweep.n_run, runs_from_store=sweep.n_skipped,
+                             scheduler=config.scheduler, runs_trained=counts["trained"], runs_from_store=counts["from_store"],
                              torch_threads_per_process=1, torch_version=_torch_version(),
                              optimizer_settings={LABELS[r["optimizer"]]: r["settings"] for r in runs},
                              train_seconds=train_seconds, total_seconds=time.perf_counter() - start,
