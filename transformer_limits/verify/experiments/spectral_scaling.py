@@ -23,7 +23,8 @@ t bound from the OLS fits on all (width, seed) points, so a check fails only whe
 above 0) is reported in the check statistics (``supported``) and in the notes.
 
 Profiles: ``quick`` (widths k ∈ {1, 2, 4}, 2 seeds, 150 steps) for ``verify spectral-scaling``;
-``full`` (k ∈ {1, 2, 4, 8}, 3 seeds, 400 steps), the only profile in which ``report`` includes it.
+``full`` (k ∈ {1, 2, 4, 8}, 3 seeds and 6 for the two Dion optimizers, 400 steps; about 20 minutes on
+2 cores), the only profile in which ``report`` includes it.
 Each training run is one point of a sweep (:func:`transformer_limits.verify.running.run_points`:
 ``--store`` resumes, ``--scheduler`` runs on a dask cluster) over optimizer × width × seed, with
 seeds ``base + 0 .. base + seeds − 1``; a local run uses a pool of ``max(2, workers)``
@@ -450,6 +451,6 @@ register_experiment(Experiment(
     checks=(LEARNS_SPEC, MUON_SPEC, DION_SPEC),
     run=run,
     profiles=("full",),
-    budget_s={"quick": 90.0, "full": 600.0},
+    budget_s={"quick": 90.0, "full": 1200.0},
     requires=("torch",),
 ))
