@@ -177,3 +177,14 @@ def test_out_and_store_checked_before_work(tmp_path, registry, capsys):
     assert main(["verify", "spectral-released", "--out", str(same), "--store", str(same)]) == EXIT_BAD_INPUT
     assert "same path" in capsys.readouterr().err
     assert not same.exists()
+
+
+@pytest.mark.parametrize("bad", ["../../escaped", "/tmp/abs", ".", ".."])
+def test_a_module_naming_an_experiment_outside_out_is_refused_before_any_work(tmp_path, registry, capsys, bad):
+    path = tmp_path / "bad_name.py"
+    path.write_text(_MODULE.format(name=bad, body="check = None"))
+    out = tmp_path / "deep" / "out"
+    assert main(["report", "--module", str(path), "--out", str(out)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "experiment name" in err[0]
+    assert not (tmp_path / "deep").exists() and not (tmp_path / "escaped").exists()
