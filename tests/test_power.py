@@ -168,3 +168,19 @@ def test_ordering_power_and_findings():
     assert ordering_finding([dict(row, upper=-0.01, lower=-0.5)], 0.4) == "reversed"
     # spectral-released rows name the lower optimizer "lower" and its bound "lower_bound"
     assert ordering_finding([dict(row, lower="AdamW", lower_bound=0.1)], 0.4) == "reproduced"
+
+
+def test_edges_of_the_power_formulas():
+    """Boundaries: an exact estimate exactly at the half-width is not rejected; standard errors
+    must be finite and >= 0 (> 0 for the z-test); the seeds factor of an exact estimate."""
+    assert bound_power(0.1, 0.1, 0.0) == 0.0 and bound_power(0.1 + 1e-12, 0.1, 0.0) == 1.0
+    for se in (-0.5, -1e-9, math.nan, math.inf):
+        with pytest.raises(ValueError, match="se"):
+            bound_power(0.1, 0.0, se)
+        with pytest.raises(ValueError, match="se"):
+            seeds_factor(0.1, 0.0, se)
+    for se in (0.0, -0.5):
+        with pytest.raises(ValueError, match="se"):
+            z_test_power(0.3, se, 2.0)
+    assert seeds_factor(0.2, 0.1, 0.0) == 1.0 and seeds_factor(0.1, 0.2, 0.0) == math.inf
+    assert seeds_factor(0.2, math.inf, 0.1) == math.inf

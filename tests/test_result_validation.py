@@ -188,3 +188,62 @@ def test_a_module_naming_an_experiment_outside_out_is_refused_before_any_work(tm
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "experiment name" in err[0]
     assert not (tmp_path / "deep").exists() and not (tmp_path / "escaped").exists()
+
+
+@pytest.mark.parametrize("fields,named", [
+    (dict(name=""), "name must be a non-empty string"),
+    (dict(ci=(0.0, 1.0, 2.0)), "ci must be a (low, high) pair"),
+    (dict(ci=("a", 1.0)), "ci must be a (low, high) pair"),
+    (dict(ci=(2.0, 1.0)), "ci low 2.0 exceeds high 1.0"),
+    (dict(statistics={"alpha": 0.5}), "statistics.alpha"),
+    (dict(statistics={"alpha": -0.01}), "statistics.alpha"),
+    (dict(power=-0.01), "power"),
+    (dict(note=None), "must be strings"),
+    (dict(claim=3), "must be strings"),
+    (dict(alternative=None), "must be strings"),
+    (dict(statistics={**GOOD_STATS, "arr": np.array([1.0, np.nan])}), "statistics.arr is NaN"),
+    (dict(statistics={**GOOD_STATS, "deep": [[[[[[[[[[[[[[[[[[[math.nan]]]]]]]]]]]]]]]]]]]}), "statistics.deep"),
+])
+def test_each_rule_of_a_check(fields, named):
+    result = run_experiment(_experiment(_result_with(**fields)), ExperimentConfig())
+    assert result.status == "error" and named in result.error, result.error
+
+
+@pytest.mark.parametrize("fields", [dict(ci=(1.0, 1.0)), dict(statistics={"alpha": 0.0}), dict(power=0.0),
+                                    dict(power=1.0), dict(statistics={**GOOD_STATS, "n": np.arange(3)}),
+                                    dict(statistics={**GOOD_STATS, "x": np.array([1.0, 2.0])})])
+def test_edge_values_that_are_valid(fields):
+    assert run_experiment(_experiment(_result_with(**fields)), ExperimentConfig()).error is None
+
+
+def test_every_field_error_is_reported_and_cycles_do_not_crash():
+    def run(config):
+        r = _result_with()(config)
+        r.fits = []  # not a dict
+        r.tables["t"] = [{"x": object()}]
+        loop: dict = {"alpha": 0.01}
+        loop["self"] = loop
+        r.checks[0].statistics = loop  # a cycle: walked to a bounded depth, then refused as JSON
+        r.notes = ["ok", 3]
+        return r
+
+    err = run_experiment(_experiment(run), ExperimentConfig()).error
+    assert "fits must be a dict" in err and "tables cannot be written as JSON (TypeError" in err
+    assert "notes must be a list of strings" in err
+
+
+def test_notes_must_be_a_list():
+    def run(config):
+        r = _result_with()(config)
+        r.notes = "a note"
+        return r
+
+    assert "notes must be a list of strings" in run_experiment(_experiment(run), ExperimentConfig()).error
+
+
+def test_statistics_with_a_cycle_or_an_object_are_errors_not_crashes(tmp_path):
+    loop: dict = {"alpha": 0.01}
+    loop["self"] = loop
+    for stats_ in (loop, {"alpha": 0.01, "obj": object()}):
+        result = run_experiment(_experiment(_result_with(statistics=stats_)), ExperimentConfig())
+        assert result.status == "error" and "statistics cannot be written as JSON" in result.error

@@ -44,6 +44,15 @@ def _nan_paths(value: Any, path: str, depth: int = 0) -> list[str]:
     return []
 
 
+def _json_error(value: Any) -> str | None:
+    """Why ``value`` cannot be written to results.json (None: it can); a cycle is one reason."""
+    try:
+        json.dumps(jsonable(value), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+    return None
+
+
 def _check_errors(i: int, check: Any) -> list[str]:
     from transformer_limits.verify.verdicts import Check
 
@@ -75,6 +84,9 @@ def _check_errors(i: int, check: Any) -> list[str]:
         elif not (_is_real(alpha) and 0.0 <= float(alpha) < 0.5):
             errors.append(f"{where}: statistics.alpha must be in [0, 0.5), got {alpha!r}")
         errors += [f"{where}: {p} is NaN" for p in _nan_paths(check.statistics, "statistics")]
+        why = _json_error(check.statistics)
+        if why:
+            errors.append(f"{where}: statistics cannot be written as JSON ({why})")
     if check.power is not None and not (_is_real(check.power) and 0.0 <= float(check.power) <= 1.0):
         errors.append(f"{where}: power must be in [0, 1] or None, got {check.power!r}")
     if not isinstance(check.note, str) or not isinstance(check.claim, str) or not isinstance(check.alternative, str):
@@ -94,10 +106,9 @@ def result_errors(result: Any) -> list[str]:
         if not isinstance(value, dict):
             errors.append(f"{field} must be a dict, got {type(value).__name__}")
             continue
-        try:
-            json.dumps(jsonable(value), allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            errors.append(f"{field} cannot be written as JSON ({type(exc).__name__}: {str(exc).splitlines()[0]})")
+        why = _json_error(value)
+        if why:
+            errors.append(f"{field} cannot be written as JSON ({why})")
     if not isinstance(result.notes, list) or not all(isinstance(n, str) for n in result.notes):
         errors.append("notes must be a list of strings")
     return errors

@@ -106,10 +106,13 @@ def deterministic_power(alternative_rejected: bool) -> float:
 def seeds_factor(distance: float, half_width: float, se: float, target: float = POWER_THRESHOLD) -> float:
     """How many times the seeds would give power ``target`` against ``distance`` (se ∝ 1/√seeds, the
     critical value held fixed): (se / se_needed)² with se_needed = distance / (half_width/se + z_target).
-    1.0 or less: enough already; inf: no number of seeds (distance ≤ 0)."""
-    if distance <= 0:
+    1.0 or less: enough already; inf: no number of seeds (distance ≤ 0, an open interval, or an exact
+    estimate that does not reach)."""
+    if not (se >= 0 and math.isfinite(se)):
+        raise ValueError(f"se must be a finite number >= 0, got {se!r}")
+    if distance <= 0 or not math.isfinite(half_width):
         return math.inf
-    if se <= 0 or not math.isfinite(half_width):
-        return 1.0 if se <= 0 else math.inf
+    if se == 0:  # an exact estimate: decided already, or never
+        return 1.0 if distance > half_width else math.inf
     needed = distance / (half_width / se + float(stats.norm.ppf(target)))
     return (se / needed) ** 2
