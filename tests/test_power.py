@@ -183,4 +183,5 @@ def test_edges_of_the_power_formulas():
         with pytest.raises(ValueError, match="se"):
             z_test_power(0.3, se, 2.0)
     assert seeds_factor(0.2, 0.1, 0.0) == 1.0 and seeds_factor(0.1, 0.2, 0.0) == math.inf
+    assert seeds_factor(0.1, 0.1, 0.0) == math.inf  # at the half-width an exact estimate is not rejected
     assert seeds_factor(0.2, math.inf, 0.1) == math.inf
