@@ -38,28 +38,8 @@ def _rel(a, b):
     return np.abs(a - b).max() / max(np.abs(b).max(), 1e-300)
 
 
-def _transcribed_forward(X0, law, steps, causal):
-    """RK4 of dX/dt = Gamma(X, nu_t) written from the formula above (explicit softmax per atom)."""
-    def gamma(t, X):
-        th, out = law.at(t), np.zeros_like(X)
-        for a in range(law.n_atoms):
-            Q, K, V, O = (th[k][a] for k in "QKVO")
-            logits = ((X @ Q.T) @ (X @ K.T).T) / TEMP
-            if causal:
-                logits[np.triu_indices(len(X), 1)] = -np.inf
-            P = np.exp(logits - logits.max(axis=1, keepdims=True))
-            out += law.weights[a] * (P / P.sum(axis=1, keepdims=True)) @ X @ V.T @ O.T
-        return out
-
-    h, X = 1.0 / steps, X0.copy()
-    for s in range(steps):
-        t = s * h
-        k1 = gamma(t, X)
-        k2 = gamma(t + h / 2, X + h / 2 * k1)
-        k3 = gamma(t + h / 2, X + h / 2 * k2)
-        k4 = gamma(t + h, X + h * k3)
-        X = X + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-    return X
+# the RK4 transcription is shared with the CPU tests (same temperature 0.7; one copy)
+from test_batched_simulators_cpu import _transcribed_forward  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -35,17 +35,8 @@ pytestmark = [pytest.mark.cudasim, pytest.mark.skipif(not REGISTRY[SIM].availabl
 TOL = 1e-10
 
 
-def _sde(backend, activation="relu", **kw):
-    return CommonNoiseSDE(3, activation, 0.5, 0.4, attention="attractive", beta=1.5, backend=backend, **kw)
-
-
-def _model(backend, L=4, activation="relu", **kw):
-    return SphereTransformer(3, 12, L, T=1.0, activation=activation, sigma_u=0.3, sigma_w=0.2, beta=1.2,
-                             backend=backend, **kw)
-
-
-def _points(n, seed):
-    return uniform_sphere(n, 3, np.random.default_rng(seed))
+# the model builders are shared with the CPU tests (one copy)
+from test_batched_simulators_cpu import _model, _points, _sde  # noqa: E402
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])

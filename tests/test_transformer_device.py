@@ -30,38 +30,8 @@ def _model(backend, causal=False, lions=True, **kw):
     return AttentionTransformer(D, DK, DV, causal=causal, temperature=0.7, backend=backend, lions_term=lions, **kw)
 
 
-def _batch(seed, shared, L=L, B=B, N=N):
-    rng = np.random.default_rng(seed)
-    if shared:
-        params = init_params(L, H, D, DK, DV, seed=seed, gain=1.5)
-    else:
-        per = [init_params(L, H, D, DK, DV, seed=seed + 10 * b, gain=1.5) for b in range(B)]
-        params = {k: np.stack([p[k] for p in per]) for k in per[0]}
-    return rng.normal(size=(B, N, D)), params, rng.normal(size=(B, N, D)), rng.uniform(0.5, 1.5, size=(B, L, H))
-
-
-def _one(params, b, shared):
-    return params if shared else {k: v[b] for k, v in params.items()}
-
-
-def _softmax_states(X, params, c, causal, beta):
-    """x_0..x_L written out from the recursion of the module docstring (c (L, H) with the 1/L inside)."""
-    out = [X]
-    for r in range(params["Q"].shape[0]):
-        x, F = out[-1], np.zeros_like(out[-1])
-        for h in range(params["Q"].shape[1]):
-            Q, K, V, O = (params[k][r, h] for k in "QKVO")
-            logits = beta * (x @ Q.T) @ (x @ K.T).T
-            if causal:
-                logits[np.triu_indices(len(x), 1)] = -np.inf
-            P = np.exp(logits - logits.max(axis=1, keepdims=True))
-            F += c[r, h] * (P / P.sum(axis=1, keepdims=True)) @ x @ V.T @ O.T
-        out.append(x + F)
-    return np.stack(out)
-
-
-def _rel(a, b):
-    return np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300)
+# the batch builders and the transcribed recursion are shared with the CPU tests (one copy)
+from test_batched_simulators_cpu import _batch, _one, _rel, _softmax_states  # noqa: E402
 
 
 @needs_sim
