@@ -1,7 +1,7 @@
-"""The public API: ``__all__`` of transformer_limits.verify, .numeric and .symbolic (issue 14).
+"""The public API: ``__all__`` of transformer_limits.verify, .numeric, .symbolic and .testing (issues 14, 24).
 
 * every exported name resolves, comes from a module of its own subpackage and has a real docstring;
-* importing the three subpackages stays light (issue 12): no SymPy, SciPy, Numba or PyTorch until a
+* importing the subpackages stays light (issue 12): no SymPy, SciPy, Numba or PyTorch until a
   name is used, and resolving every name of ``numeric`` still imports no SymPy;
 * unknown names raise ``AttributeError``, ``dir()`` lists ``__all__``, and a function exported under
   the name of its own module (``verify.rate_check``) stays the function after that module is imported;
@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("transformer_limits.verify", "transformer_limits.numeric", "transformer_limits.symbolic")
+PACKAGES = ("transformer_limits.verify", "transformer_limits.numeric", "transformer_limits.symbolic",
+            "transformer_limits.testing")
 # exported functions whose name is also the name of the module defining them
 SHADOWED = {"transformer_limits.verify": "rate_check", "transformer_limits.symbolic": "derivation"}
 HEAVY = ("sympy", "scipy", "numba", "torch")
@@ -96,8 +97,8 @@ def test_importing_the_subpackages_is_light():
     loaded = json.loads(_run(f"""
         import json, sys
         import transformer_limits, transformer_limits.verify, transformer_limits.numeric
-        import transformer_limits.symbolic
-        print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
+        import transformer_limits.symbolic, transformer_limits.testing
+        print(json.dumps([m for m in {HEAVY!r} + ("hypothesis",) if m in sys.modules]))
     """))
     assert loaded == []
 

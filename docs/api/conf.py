@@ -1,9 +1,10 @@
 """Sphinx configuration of the Python API reference (docs/api).
 
 Build: ``python3 -m sphinx -W --keep-going -n -b html docs/api OUT`` (needs ``pip install -e ".[docs]"``).
-The pages document exactly the names in ``__all__`` of transformer_limits.verify, .numeric and
-.symbolic, from their docstrings.  No network is used: third-party types (NumPy, PyTorch, the
-standard library) are left unlinked instead of fetched through intersphinx.
+The pages document exactly the names in ``__all__`` of transformer_limits.verify, .numeric, .symbolic
+and .testing (with its strategies module), from their docstrings.  No network is used: third-party
+types (NumPy, PyTorch, hypothesis, the standard library) are left unlinked instead of fetched through
+intersphinx.
 """
 
 import os
@@ -35,7 +36,7 @@ napoleon_use_rtype = False
 # Types outside this project have no page here (no intersphinx offline); every reference into the
 # project itself must resolve, so only these namespaces are ignored.
 nitpick_ignore_regex = [
-    (r"py:.*", r"(numpy|np|numpy\.typing|npt|torch|scipy|sympy|sp|mpmath|matplotlib|distributed|dask)(\..*)?"),
+    (r"py:.*", r"(numpy|np|numpy\.typing|npt|torch|scipy|sympy|sp|mpmath|matplotlib|distributed|dask|hypothesis|st)(\..*)?"),
     (r"py:.*", r"(typing|collections\.abc|os|pathlib|concurrent\.futures|multiprocessing|sqlite3|"
                r"importlib\.metadata|fractions|dataclasses|enum|types|functools|itertools)\..*"),
     # private helpers named in signatures (``SweepStore.write(..., outcome: _Outcome)``) have no page

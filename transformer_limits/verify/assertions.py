@@ -26,7 +26,7 @@ from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
 from transformer_limits.verify.stats.power_law import PowerLawFit, fit_power_law
 from transformer_limits.verify.verdicts import Check, exponent_equals, rate_at_least, slope_zero
 
-__all__ = ["InconclusiveWarning", "assert_rate", "format_rate_table"]
+__all__ = ["InconclusiveWarning", "assert_rate", "enforce_rate", "format_rate_table", "rate_verdict"]
 
 CHECKS = ("at_least", "equals", "zero")
 #: the violation assert_rate must detect by default: an exponent this far from the claim
@@ -114,8 +114,17 @@ def assert_rate(
     ``strict``, when it is INCONCLUSIVE; else it warns with
     :class:`~transformer_limits.verify.InconclusiveWarning`).
     """
-    import warnings
+    fit, result, _ = rate_verdict(params, errors, claim, param=param, check=check, alpha=alpha,
+                                  tolerance=tolerance, alternative=alternative, **fit_options)
+    return enforce_rate(fit, result, strict=strict, stacklevel=3)
 
+
+def rate_verdict(params: Any, errors: Any, claim: str | RateClaim | float, *, param: str | None = None,
+                 check: str = "at_least", alpha: float = 0.01, tolerance: float = 0.0,
+                 alternative: float | None = None, **fit_options: Any) -> tuple[PowerLawFit, Check, float | None]:
+    """The fit, the :class:`Check` and the claimed exponent (None for ``check="zero"``) that
+    :func:`assert_rate` decides on, without deciding (same arguments; the report of
+    ``pytest --tl-report`` draws the fit)."""
     if check not in CHECKS:
         raise ValueError(f"check must be one of {', '.join(CHECKS)}; got {check!r}")
     distance = max(DEFAULT_ALTERNATIVE, 2 * tolerance) if alternative is None else float(alternative)
@@ -144,11 +153,20 @@ def assert_rate(
         result = exponent_equals(fit, claim, alpha, tolerance=tolerance, alternative=expected + distance)
     else:
         result = slope_zero(fit, alpha, tolerance=tolerance, alternative=distance)
+    return fit, result, None if check == "zero" else expected
+
+
+def enforce_rate(fit: PowerLawFit, result: Check, *, strict: bool = False, stacklevel: int = 2) -> Check:
+    """:func:`assert_rate`'s decision on a verdict: ``AssertionError`` with the table when it failed (or,
+    with ``strict``, when it is INCONCLUSIVE), an :class:`InconclusiveWarning` (at ``stacklevel``) when it
+    is INCONCLUSIVE, else ``result``."""
+    import warnings
+
     if not result.passed:
         raise AssertionError("rate claim failed\n" + format_rate_table(fit, result))
     if result.state == "inconclusive":
         text = "rate claim inconclusive (not contradicted, too little power)\n" + format_rate_table(fit, result)
         if strict:
             raise AssertionError(text)
-        warnings.warn(text, InconclusiveWarning, stacklevel=2)
+        warnings.warn(text, InconclusiveWarning, stacklevel=stacklevel)
     return result
