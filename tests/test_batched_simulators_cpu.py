@@ -140,16 +140,11 @@ def test_float32_numpy_path_returns_float32_close_to_float64(activation):
         np.testing.assert_allclose(np.linalg.norm(f32, axis=-1), 1.0, atol=1e-6)
 
 
-@pytest.mark.parametrize("backend, precision, atol", [("numpy", "float64", 1e-12), ("numba", "float64", 1e-12),
-                                                      ("numpy", "float32", 1e-4)])
-def test_transformer_forward_matches_a_numpy_transcription_of_the_maps(backend, precision, atol):
-    _needs(backend)
-    d, m, L, beta, su, sw = 3, 12, 4, 1.2, 0.3, 0.2
-    X = _points(6, 4)
-    got = _model(backend, precision=precision).run(X, 9)
-    assert got.dtype == np.dtype(precision) and got.shape == (L + 1, 6, 3)
-    rng, dt = np.random.default_rng(9), 1.0 / L
-    for ell in range(L):
+def _transcribed_sphere_states(X, seed, d=3, m=12, L=4, beta=1.2, su=0.3, sw=0.2):
+    """x_1..x_L of ``_model`` written out from the maps (attention step, projection, random MLP step
+    with the noise drawn in the simulator's order from ``default_rng(seed)``, projection)."""
+    rng, dt, out = np.random.default_rng(seed), 1.0 / L, []
+    for _ in range(L):
         U, b_U = rng.standard_normal((m, d)), su * rng.standard_normal(m)
         W, b_W = rng.standard_normal((d, m)), sw * rng.standard_normal(d)
         P = np.exp(beta * X @ X.T)
@@ -157,7 +152,19 @@ def test_transformer_forward_matches_a_numpy_transcription_of_the_maps(backend, 
         Y /= np.linalg.norm(Y, axis=1, keepdims=True)
         X = Y + math.sqrt(dt) * (np.maximum(Y @ U.T / math.sqrt(d) + b_U, 0.0) @ W.T / math.sqrt(m) + b_W)
         X /= np.linalg.norm(X, axis=1, keepdims=True)
-        np.testing.assert_allclose(got[ell + 1], X, rtol=0, atol=atol)
+        out.append(X)
+    return out
+
+
+@pytest.mark.parametrize("backend, precision, atol", [("numpy", "float64", 1e-12), ("numba", "float64", 1e-12),
+                                                      ("numpy", "float32", 1e-4)])
+def test_transformer_forward_matches_a_numpy_transcription_of_the_maps(backend, precision, atol):
+    _needs(backend)
+    X = _points(6, 4)
+    got = _model(backend, precision=precision).run(X, 9)
+    assert got.dtype == np.dtype(precision) and got.shape == (5, 6, 3)
+    for ell, want in enumerate(_transcribed_sphere_states(X, 9)):
+        np.testing.assert_allclose(got[ell + 1], want, rtol=0, atol=atol)
 
 
 def test_float32_couplings_agree_with_float64():

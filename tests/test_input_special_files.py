@@ -42,12 +42,8 @@ def _run(capsys, *argv):
     return code, out, err
 
 
-def _one_line_error(code, out, err, *patterns):
-    assert code == 2, (out, err)
-    assert out == ""
-    assert err.count("\n") == 1 and err.startswith("transformer-limits: error:"), err
-    for pattern in patterns:
-        assert pattern in err, err
+# one-line exit-2 assertion shared with the rate-check input tests (one copy)
+from test_rate_check_inputs import _one_line_error  # noqa: E402
 
 
 def _limit_memory():  # in the child: a regression that reads /dev/zero fails fast, not the machine

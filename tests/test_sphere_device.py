@@ -36,7 +36,7 @@ TOL = 1e-10
 
 
 # the model builders are shared with the CPU tests (one copy)
-from test_batched_simulators_cpu import _model, _points, _sde  # noqa: E402
+from test_batched_simulators_cpu import _model, _points, _sde, _transcribed_sphere_states  # noqa: E402
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
@@ -72,19 +72,10 @@ def test_transformer_forward_on_the_device_equals_numpy(attention):
 
 
 def test_transformer_forward_matches_a_numpy_transcription_of_the_maps():
-    d, m, L, beta, su, sw = 3, 12, 4, 1.2, 0.3, 0.2
     X = _points(6, 4)
     got = _model(SIM).run(X, 9)
-    rng, dt = np.random.default_rng(9), 1.0 / L
-    for ell in range(L):
-        U, b_U = rng.standard_normal((m, d)), su * rng.standard_normal(m)
-        W, b_W = rng.standard_normal((d, m)), sw * rng.standard_normal(d)
-        P = np.exp(beta * X @ X.T)
-        Y = X + dt * (P / P.sum(axis=1, keepdims=True)) @ X
-        Y /= np.linalg.norm(Y, axis=1, keepdims=True)
-        X = Y + math.sqrt(dt) * (np.maximum(Y @ U.T / math.sqrt(d) + b_U, 0.0) @ W.T / math.sqrt(m) + b_W)
-        X /= np.linalg.norm(X, axis=1, keepdims=True)
-        np.testing.assert_allclose(got[ell + 1], X, rtol=0, atol=1e-12)
+    for ell, want in enumerate(_transcribed_sphere_states(X, 9)):
+        np.testing.assert_allclose(got[ell + 1], want, rtol=0, atol=1e-12)
 
 
 def test_batch_of_independent_runs_equals_one_run_each():
