@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from transformer_limits.verify.rate_data import read_rate_data
+from transformer_limits.verify.rate.data import read_rate_data
 
 L_LEVELS = (2, 4, 8, 16, 32, 64)
 H_LEVELS = (1, 4, 16, 64, 256, 1024)

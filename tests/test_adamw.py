@@ -19,8 +19,10 @@ from transformer_limits.numeric.optim.adamw import (
     adamw_update_bound,
     adamw_update_bound_sup,
 )
+from transformer_limits.testing import strategies as tls
+from transformer_limits.numeric.optim.adamw import AdamW, BlockwiseAdamW, adamw_box_radius_path, adamw_update_bound
 
-BETAS = [(0.9, 0.999), (0.9, 0.95), (0.0, 0.5), (0.5, 0.9), (0.99, 0.9999), (0.95, 0.9)]
+BETAS = list(tls.ADAMW_BETAS)  # (0.9, 0.999), (0.9, 0.95), (0.0, 0.5), (0.5, 0.9), (0.99, 0.9999), (0.95, 0.9)
 RTOL = 1e-12  # float rounding allowance on bounds that hold exactly in real arithmetic
 
 
@@ -49,11 +51,9 @@ def _adversarial(draw, shape):
     grads = sign * mantissa * 10.0 ** exponent
     grads[np.array(zero_steps)] = 0.0
     theta0 = draw(hnp.arrays(np.float64, shape, elements=st.floats(-2, 2, width=64)))
-    betas = draw(st.sampled_from(BETAS))
-    lr = draw(st.floats(1e-4, 1.0))
-    weight_decay = min(draw(st.sampled_from([0.0, 1e-2, 0.3, 1.0, 5.0])), 1.0 / lr)
-    eps = draw(st.sampled_from([1e-8, 1e-300, 0.1]))
-    return theta0, grads, betas, lr, weight_decay, eps
+    # lr in [1e-4, 1], weight_decay in {0, 1e-2, 0.3, 1, 5} clipped to 1/lr, eps in {1e-8, 1e-300, 0.1}
+    hp = draw(tls.adamw_hyperparameters(betas=BETAS))
+    return theta0, grads, hp["betas"], hp["lr"], hp["weight_decay"], hp["eps"]
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
@@ -357,3 +357,67 @@ def test_box_radius_forms():
     assert adamw_box_radius(r0, lr, wd, b1, b2) == max(r0, adamw_update_bound_sup(b1, b2) / wd)
     assert adamw_box_radius(r0, lr, wd, b1, b2, K) == path[-1]
     assert adamw_box_radius(1.0, 0.1, 0.5, 0.9, 0.7) == math.inf  # β1 > √β2: no uniform bound
+
+# ------------------------------------------------------------------------------------------------
+# Mutation-round tests (were tests/test_mutants_adamw.py): properties the mutation runs showed were not
+# pinned down.
+# ------------------------------------------------------------------------------------------------
+
+
+TORCH_DEFAULTS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2)
+
+
+def _adamw_scalar_loop(theta0, grads, lr, beta1, beta2, eps, weight_decay):
+    """The AdamW algorithm box, one scalar at a time (decoupled decay first, as torch)."""
+    theta = [float(x) for x in theta0]
+    m, v = [0.0] * len(theta), [0.0] * len(theta)
+    for k, g in enumerate(grads, start=1):
+        for i, gi in enumerate(g):
+            theta[i] -= lr * weight_decay * theta[i]
+            m[i] = beta1 * m[i] + (1 - beta1) * gi
+            v[i] = beta2 * v[i] + (1 - beta2) * gi * gi
+            theta[i] -= lr * (m[i] / (1 - beta1**k)) / (math.sqrt(v[i] / (1 - beta2**k)) + eps)
+    return np.array(theta)
+
+
+def test_default_hyperparameters_are_torch_adamw_defaults():
+    """AdamW and Blockwise AdamW with one block per entry, built with *no* hyper-parameters, follow
+    the AdamW recursion with torch's published defaults.  Gradients change scale from step to step
+    (so β2 matters after step 1) and some are ~1e-8 (so ε matters); λθ_0 is visible next to η."""
+    rng = np.random.default_rng(21)
+    theta0 = rng.standard_normal(6) * 3.0
+    grads = [rng.standard_normal(6) * scale for scale in (1.0, 1e-8, 5.0, 0.3, 2e-8, 1.0)]
+    expected = _adamw_scalar_loop(theta0, grads, **TORCH_DEFAULTS)
+    for opt in (AdamW([theta0]), BlockwiseAdamW([theta0], block_axes=1)):
+        for g in grads:
+            opt.step([g])
+        np.testing.assert_allclose(opt.params[0], expected, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("spec", [-1, -2, 3])
+def test_block_axes_count_outside_zero_to_ndim_is_rejected(spec):
+    """An int n means "the first n axes enumerate blocks": only 0 <= n <= ndim is meaningful
+    (a negative count would silently mean one block per array)."""
+    with pytest.raises(ValueError, match="block_axes"):
+        BlockwiseAdamW({"w": np.ones((2, 2))}, block_axes=spec)
+
+
+def test_mean_normalisation_with_single_entry_blocks_equals_sum_normalisation():
+    """|B| = 1: ‖g^B‖_F²/|B| = ‖g^B‖_F², so the mean-normalised box (factor √|B| = 1) is the sum
+    box, R_k = |1 − ηλ| R_{k−1} + η C_β(k), written out here."""
+    lr, lam, b1, b2, steps = 0.05, 0.5, 0.9, 0.99, 7
+    mean = adamw_box_radius_path(2.0, lr, lam, b1, b2, steps, norm="blockwise", normalize="mean",
+                                 block_size=1)
+    radius, expected = 2.0, [2.0]
+    for k in range(1, steps + 1):
+        radius = abs(1 - lr * lam) * radius + lr * adamw_update_bound(b1, b2, k)
+        expected.append(radius)
+    np.testing.assert_allclose(mean, expected, rtol=1e-14)
+    four = adamw_box_radius_path(0.0, lr, 0.0, b1, b2, steps, norm="blockwise", normalize="mean",
+                                 block_size=4)  # √4 = 2 times the λ = 0 drift Σ η C_β(k)
+    np.testing.assert_allclose(four[-1], 2 * lr * sum(adamw_update_bound(b1, b2, k) for k in range(1, 8)),
+                               rtol=1e-14)
+    for bad in (0, -3, None):
+        with pytest.raises(ValueError, match="block_size"):
+            adamw_box_radius_path(1.0, lr, lam, b1, b2, steps, norm="blockwise", normalize="mean",
+                                  block_size=bad)

@@ -19,6 +19,8 @@ from transformer_limits.numeric.optim.adamw import (
     adamw_update_bound_sup,
 )
 from transformer_limits.symbolic.adamw_box import BETA1, BETA2, C_BETA_K, K_STEP
+from transformer_limits.testing import assert_identity
+from transformer_limits.symbolic import adamw_box as box
 
 BETAS = [(0.9, 0.999), (0.9, 0.95), (0.5, 0.9), (0.0, 0.3), (0.99, 0.9999), (0.5, 0.25)]
 
@@ -31,16 +33,32 @@ def _direct_sum(b1, b2, k):
         return (1 - b1) * mpmath.sqrt(1 - b2**k) / ((1 - b1**k) * mpmath.sqrt(1 - b2)) * total
 
 
+def _direct_sum_expr(k):
+    """C_β(k) = (1 − β1) √(1 − β2^k) / ((1 − β1^k) √(1 − β2)) · Σ_{j<k} (β1/√β2)^j as a SymPy expression
+    in β1, β2, the sum written out term by term (the definition, not the closed form)."""
+    b1, b2 = BETA1, BETA2
+    total = sp.Add(*[(b1 / sp.sqrt(b2)) ** j for j in range(k)])
+    return (1 - b1) * sp.sqrt(1 - b2**k) / ((1 - b1**k) * sp.sqrt(1 - b2)) * total
+
+
+def test_closed_form_equals_direct_sum_at_every_beta():
+    """C_β(k), k = 1..50: the closed form against the definition at every (β1, β2) of BETAS, both
+    sides in mpmath at 45 digits (relative tolerance 10^-(45 − 10) = 1e-35)."""
+    ks = range(1, 51)
+    closed = sp.Matrix([C_BETA_K.subs(K_STEP, k) for k in ks])
+    direct = sp.Matrix([_direct_sum_expr(k) for k in ks])
+    check = assert_identity(closed, direct, [BETA1, BETA2], points=[{BETA1: b1, BETA2: b2} for b1, b2 in BETAS],
+                            digits=45, simplify=False)
+    assert check.statistics["points"] == len(BETAS)
+
+
 @pytest.mark.parametrize("b1,b2", BETAS)
 def test_closed_form_equals_direct_sum_and_c1_is_one(b1, b2):
-    assert sp.simplify(C_BETA_K.subs(K_STEP, 1)) == 1
-    expr = C_BETA_K.subs({BETA1: sp.Float(b1, 50), BETA2: sp.Float(b2, 50)})
-    with mpmath.workdps(50):
-        for k in range(1, 51):
-            closed = sp.N(expr.subs(K_STEP, k), 50)
-            direct = _direct_sum(b1, b2, k)
-            assert abs(mpmath.mpf(str(closed)) - direct) <= mpmath.mpf(10) ** -35 * direct
-            assert adamw_update_bound(b1, b2, k) == pytest.approx(float(direct), rel=1e-13)
+    proved = assert_identity(C_BETA_K.subs(K_STEP, 1), 1)
+    assert proved.statistics["method"] == "sympy.simplify(lhs - rhs) == 0"  # C_β(1) = 1 symbolically
+    # the float64 code against the definition in 50-digit mpmath (the closed form: the test above)
+    for k in range(1, 51):
+        assert adamw_update_bound(b1, b2, k) == pytest.approx(float(_direct_sum(b1, b2, k)), rel=1e-13)
 
 
 @pytest.mark.parametrize("b1,b2", BETAS)
@@ -156,3 +174,58 @@ def test_derivation_builds_where_C_beta_is_constant_to_working_precision(b2):
     values = tl.derivation("adamw-box", beta1=0.0, beta2=b2, k=7).values
     assert values["C_beta_k"] == pytest.approx(1.0, abs=1e-11)
     assert values["C_beta_sup"] == pytest.approx(1.0, abs=1e-11)
+
+# ------------------------------------------------------------------------------------------------
+# Mutation-round tests (were tests/test_mutants_adamw_box.py): properties the mutation runs showed were not
+# pinned down.
+# ------------------------------------------------------------------------------------------------
+
+
+def _uncached(b1, b2):
+    return box._numeric_checks.__wrapped__(b1, b2)
+
+
+def test_a_non_monotone_c_beta_far_beyond_the_dense_range_is_rejected(monkeypatch):
+    k = box.K_STEP
+    bump = 1 + sp.Rational(1, 1000) * sp.exp(-((k - 60000) ** 2) / (2 * 2000**2))
+    monkeypatch.setattr(box, "C_BETA_K", box.C_BETA_K * bump)
+    with pytest.raises(RuntimeError, match="C_beta\\(k\\) increasing"):
+        _uncached(0.9, 0.999)
+
+
+def test_a_sharp_constant_that_is_not_attained_is_rejected(monkeypatch):
+    wrong = box._bias_factor(box.K_STEP) * box._geometric(box.RATIO**2, box.K_STEP)  # no square root
+    monkeypatch.setattr(box, "C_SHARP_K", wrong)
+    with pytest.raises(RuntimeError, match="sharp constant attained"):
+        _uncached(0.9, 0.999)
+
+
+def test_unmodified_checks_pass_at_the_same_betas():
+    """The two wrong models above differ from the real constants only in the perturbation."""
+    lines, sup = _uncached(0.9, 0.999)
+    assert sup == pytest.approx((1 - 0.9) / (math.sqrt(1 - 0.999) * (1 - 0.9 / math.sqrt(0.999))), rel=1e-14)
+    assert lines
+
+
+def test_boundary_ratio_one_has_infinite_sup_and_says_the_assumption_fails():
+    """β1 = 0.5, β2 = 0.25 (exact in binary): r = 1, C_β(k) = (bias factor)·k is unbounded."""
+    d = tl.derivation("adamw-box", beta1=0.5, beta2=0.25, k=7)
+    assert d.values["C_beta_sup"] == math.inf
+    assert d.values["C_beta_sharp_sup"] == math.inf
+    pre = 0.5 / math.sqrt(0.75)
+    assert d.values["C_beta_k"] == pytest.approx(pre * math.sqrt(1 - 0.25**7) / (1 - 0.5**7) * 7, rel=1e-14)
+    finiteness = [a for a in d.assumptions if "finite iff" in a]
+    assert len(finiteness) == 1 and "FAILS here" in finiteness[0]
+    inside = tl.derivation("adamw-box", beta1=0.5, beta2=0.26)
+    assert "(holds here)" in next(a for a in inside.assumptions if "finite iff" in a)
+
+
+def test_step_index_is_a_positive_integer_symbol():
+    """C_β(k) is defined at step counts k = 1, 2, ...: the symbol k in the published expressions
+    carries integer and positive assumptions (so SymPy treats β^k, Σ_{j<k} as over integers)."""
+    d = tl.derivation("adamw-box")
+    for name in ("C_beta_k", "C_beta_sharp_k"):
+        (k,) = [s for s in d.expressions[name].free_symbols if s.name == "k"]
+        assert k.is_integer is True and k.is_positive is True, name
+    (K,) = [s for s in d.expressions["R_theta_coordinatewise"].free_symbols if s.name == "K"]
+    assert K.is_integer is True and K.is_positive is True

@@ -174,7 +174,7 @@ def test_rate_bound_check_accepts_the_claim_and_rejects_slower_decay_in_H():
 
 
 def test_grid_heatmap_validates_its_shape():
-    from transformer_limits.verify.rate_plots import grid_heatmap
+    from transformer_limits.verify.rate.plots import grid_heatmap
 
     fig = grid_heatmap("r", "caption", np.ones((2, 3)), [2, 4], [1, 2, 4], row_label="L", col_label="H",
                        value_label="r")

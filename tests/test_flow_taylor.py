@@ -22,7 +22,6 @@ from transformer_limits.numeric.attention.flow_taylor import (
     flow_expansion_builder,
     flow_taylor_coefficients,
     flow_taylor_expansion,
-    flow_taylor_remainder_rates,
     frozen_heads,
     mv_field,
     random_flow_instance,
@@ -30,7 +29,9 @@ from transformer_limits.numeric.attention.flow_taylor import (
     second_variation,
     _jet_module,
 )
+from transformer_limits.verify.taylor import flow_taylor_remainder_rates
 from transformer_limits.symbolic.derivation import list_derivations
+from transformer_limits.testing import assert_taylor_rate
 from transformer_limits.verify.taylor import taylor_test
 
 
@@ -109,6 +110,12 @@ def test_builder_for_taylor_expansion_registries():
     f, x, dx, coeffs = flow_expansion_builder(3)(Case(), np.random.default_rng(0))
     assert len(coeffs) == 3 and coeffs[0].shape == (4, 2)
     assert taylor_test(f, x, dx, coeffs, h0=0.1, levels=6).passed
+    # the same expansion through the public API: c_1 = DΦ[dx] and c_2 = D²Φ[dx, dx]/2 leave O(h^3)
+    check = assert_taylor_rate(f, x, dx, coeffs[0], hvp=2.0 * coeffs[1], h0=0.1, levels=6, strict=True)
+    assert check.passed and check.statistics["remainder_order"] == 3
+    # a dropped second-order term leaves the h² term: the order-3 claim fails with order ~2
+    with pytest.raises(AssertionError, match="a remainder of order 2 means"):
+        assert_taylor_rate(f, x, dx, coeffs[0], hvp=np.zeros_like(coeffs[1]), h0=0.1, levels=6)
 
 
 def test_bad_arguments_raise_value_error():

@@ -210,7 +210,7 @@ def test_fit_non_utf8_or_binary_file_names_the_file(tmp_path, capsys, content, p
 def test_rate_check_and_fit_read_the_same_bom_file(tmp_path, capsys):
     path = tmp_path / "rate.csv"
     path.write_bytes(b"\xef\xbb\xbf" + RATE_CSV.encode())
-    from transformer_limits.verify.rate_data import read_rate_data
+    from transformer_limits.verify.rate.data import read_rate_data
 
     assert read_rate_data(path, ["L", "H"]).n_points == 6  # the BOM is not part of the first column's name
 

@@ -10,6 +10,7 @@ import sympy as sp
 
 import transformer_limits as tl
 from transformer_limits.cli import main
+from transformer_limits.testing import assert_identity
 from transformer_limits.symbolic.gegenbauer import gegenbauer_coefficients
 from transformer_limits.symbolic.lyapunov import (
     gegenbauer_identity,
@@ -78,7 +79,8 @@ def test_lambda_1_identity_numerically(name, d, sigma):
 def test_sympy_identities_and_condition():
     e = lyapunov_expressions()
     k1, dk1 = sp.symbols("k_1 kprime_1", nonnegative=True)
-    assert sp.simplify(e["lambda_1"] - (e["lambda_bar"] / 2 - k1 - dk1)) == 0
+    check = assert_identity(e["lambda_1"], e["lambda_bar"] / 2 - k1 - dk1)
+    assert check.statistics["method"] == "sympy.simplify(lhs - rhs) == 0"  # proved, not sampled
     assert relu_synchronization_condition(2) == sp.false
     assert relu_synchronization_condition(3) == sp.false
     S = sp.Symbol("S", nonnegative=True)

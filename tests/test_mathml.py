@@ -17,13 +17,13 @@ import sympy as sp
 from transformer_limits import mathml
 from transformer_limits.mathml import (
     FALLBACK_LATEX_CHARS,
-    claim_html,
     formula_html,
     latex_to_mathml,
     numeric_entities,
-    rate_spans,
     sympy_mathml,
 )
+from transformer_limits.symbolic.derivation_docs import derivation_html
+from transformer_limits.verify.claim_markup import claim_html, rate_spans
 
 ROOT = Path(__file__).resolve().parents[1]
 SYMBOLIC = ROOT / "transformer_limits" / "symbolic"
@@ -248,7 +248,7 @@ def test_rate_spans_in_claims(text, parts):
 
 def test_long_claims_find_every_rate():
     """Repeated rates in a long text are each found, and each found part parses as a decaying rate."""
-    from transformer_limits.verify.rate_claims import parse_rate_claim
+    from transformer_limits.verify.rate.claims import parse_rate_claim
 
     text = "a L^-1 " * 150
     spans = rate_spans(text)
@@ -329,7 +329,7 @@ def test_derivation_page_has_every_formula_and_a_fallback():
     from transformer_limits.symbolic.derivation import derivation
 
     d = derivation("attention-lions-derivative")
-    page = mathml.derivation_html(d)
+    page = derivation_html(d)
     root = _xml(page.split("<body>", 1)[1].split("</body>")[0])
     maths = root.findall(".//math")
     notes = [p for p in root.iter("p") if "Not typeset" in "".join(p.itertext())]
@@ -340,5 +340,5 @@ def test_derivation_page_has_every_formula_and_a_fallback():
     assert list(d.generic_latex.values()) == annotations[:len(d.generic_latex)]
     assert 'href="attention-lions-derivative.md"' in page
     # a tiny budget sends every componentwise result to the fallback
-    small = mathml.derivation_html(d, budget=10)
+    small = derivation_html(d, budget=10)
     assert small.count("Not typeset") == len(d.expressions)

@@ -127,7 +127,7 @@ def test_rate_check_exponent_tests_each_line_at_alpha_over_the_lines():
     exponent −1 sits in the gaps of :func:`_member_levels` around its member level 1 − α/2.  The line
     fit is the documented one: ``fit_power_law`` of the line over all its levels (window "all") with
     the check's seed and default bootstrap."""
-    from transformer_limits.verify.rate_check import rate_check
+    from transformer_limits.verify.rate.check import rate_check
     from transformer_limits.verify.stats.power_law import fit_power_law
 
     alpha, k = ALPHA_CHAOS, 2

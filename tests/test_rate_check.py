@@ -1,4 +1,4 @@
-"""``transformer-limits rate check`` and :func:`transformer_limits.verify.rate_check.rate_check`.
+"""``transformer-limits rate check`` and :func:`transformer_limits.verify.rate.check.rate_check`.
 
 Data come from ``examples/rate_data.py`` (a known model with lognormal seed noise).  The verdict
 tests use fixed seeds: each check's false-failure rate is α = 0.01 (``docs/rate_check.md`` has the
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from transformer_limits.cli import main
-from transformer_limits.verify.rate_check import RateCheckResult, rate_check
-from transformer_limits.verify.rate_data import read_rate_data
+from transformer_limits.verify.rate.check import RateCheckResult, rate_check
+from transformer_limits.verify.rate.data import read_rate_data
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIM = "L^-1 + L^-1/3 H^-1/2"

@@ -19,10 +19,10 @@ import pytest
 
 from transformer_limits.cli import main
 from transformer_limits.errors import InputError
-from transformer_limits.verify.rate_check import rate_check
-from transformer_limits.verify.rate_claim_grammar import UnknownParameterError
-from transformer_limits.verify.rate_claims import parse_rate_claim
-from transformer_limits.verify.rate_data import (ERROR_MAX, ERROR_MIN, check_claim_range,
+from transformer_limits.verify.rate.check import rate_check
+from transformer_limits.verify.rate.claim_grammar import UnknownParameterError
+from transformer_limits.verify.rate.claims import parse_rate_claim
+from transformer_limits.verify.rate.data import (ERROR_MAX, ERROR_MIN, check_claim_range,
                                                   read_rate_data)
 
 CLAIM = "L^-1 + L^-1/3 H^-1/2"

@@ -8,7 +8,8 @@ singular values instead of the eigenvalues, say).  Here the ranks are pinned by
 * a plain-Python transcription of the definitions (Jha & Reagen 2026; project page and
   spectral-scaling-laws ``spectra/effective_rank.py``): ``p = λ/Σλ``, soft ``R_1 = exp(−Σ p log p)``,
   hard ``R_2 = (Σλ)²/Σλ²``, ``R_α = (Σ p^α)^{1/(1−α)}``, ``R_∞ = 1/max p``, ``R_0 = #{p > 0}``,
-  asymmetry ``log R_1 − log R_2``;
+  asymmetry ``log R_1 − log R_2``, on lognormal spectra and on spectra drawn by
+  ``transformer_limits.testing.strategies.spectra``;
 * scale invariance ``R_α(cλ) = R_α(λ)`` and ``R_α(cH) = R_α(H)`` for ``c ∈ [1e-12, 1e12]``;
 * input validation (non-square / complex / non-finite covariance, 1e308 spectra).
 """
@@ -31,6 +32,7 @@ from transformer_limits.numeric.spectra.ranks import (
     soft_rank,
     spectral_asymmetry,
 )
+from transformer_limits.testing.strategies import spectra
 
 ALPHAS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, math.inf]
 
@@ -106,14 +108,12 @@ def test_a_wrong_rank_definition_fails_the_exact_values():
 # Transcription on random spectra
 # ------------------------------------------------------------------------------------------------
 
-@settings(derandomize=True, max_examples=80, deadline=None)
-@given(st.integers(1, 60), st.integers(0, 2**32 - 1), st.floats(0.0, 3.0), st.integers(0, 10))
-def test_ranks_match_the_transcription(n, seed, spread, zeros):
-    # spread ≤ 3: every positive λ is above the relative round-off tolerance len(λ)·ε·max λ, so the
-    # transcription's "λ > 0" and the code's resolved modes coincide for R_0
-    rng = np.random.default_rng(seed)
-    lam = np.concatenate([np.exp(spread * rng.standard_normal(n)), np.zeros(zeros)])
-    rng.shuffle(lam)
+#: spectra(dynamic_range=...) with every positive λ >= max λ / 1e9, far above the relative round-off
+#: tolerance len(λ)·ε·max λ (<= 1.6e-14 for 70 entries): "λ > 0" and "resolved mode" coincide for R_0
+MODE_RANGE = 1e9
+
+
+def _matches_the_transcription(lam):
     for a in ALPHAS:
         assert renyi_rank(lam, a) == pytest.approx(ref_renyi(lam.tolist(), a), rel=1e-10)
     assert hard_rank(lam) == pytest.approx(ref_hard(lam.tolist()), rel=1e-12)
@@ -122,17 +122,33 @@ def test_ranks_match_the_transcription(n, seed, spread, zeros):
         math.log(ref_renyi(lam.tolist(), 1.0)) - math.log(ref_hard(lam.tolist())), rel=1e-9, abs=1e-12)
 
 
+@settings(derandomize=True, max_examples=80, deadline=None)
+@given(st.integers(1, 60), st.integers(0, 2**32 - 1), st.floats(0.0, 3.0), st.integers(0, 10),
+       spectra(n=(1, 70), dynamic_range=MODE_RANGE))
+def test_ranks_match_the_transcription(n, seed, spread, zeros, drawn):
+    """Lognormal spectra with appended zeros, and ``spectra``'s plateaus, runs of zeros and
+    spectra spread over nine decades."""
+    # spread ≤ 3: every positive λ is above the relative round-off tolerance len(λ)·ε·max λ, so the
+    # transcription's "λ > 0" and the code's resolved modes coincide for R_0
+    rng = np.random.default_rng(seed)
+    lam = np.concatenate([np.exp(spread * rng.standard_normal(n)), np.zeros(zeros)])
+    rng.shuffle(lam)
+    _matches_the_transcription(lam)
+    _matches_the_transcription(drawn)
+
+
 # ------------------------------------------------------------------------------------------------
 # Scale invariance
 # ------------------------------------------------------------------------------------------------
 
 @settings(derandomize=True, max_examples=60, deadline=None)
-@given(st.floats(-12.0, 12.0), st.integers(0, 2**32 - 1))
-def test_ranks_of_a_spectrum_are_scale_invariant(log10_c, seed):
+@given(st.floats(-12.0, 12.0), st.integers(0, 2**32 - 1), spectra(dynamic_range=MODE_RANGE))
+def test_ranks_of_a_spectrum_are_scale_invariant(log10_c, seed, drawn):
     c = 10.0**log10_c
     lam = np.exp(3.0 * np.random.default_rng(seed).standard_normal(30))
-    for a in ALPHAS:
-        assert renyi_rank(c * lam, a) == pytest.approx(renyi_rank(lam, a), rel=1e-12)
+    for spectrum in (lam, drawn):
+        for a in ALPHAS:
+            assert renyi_rank(c * spectrum, a) == pytest.approx(renyi_rank(spectrum, a), rel=1e-12)
 
 
 def _activations(seed, n=400, d=64, rank=None):

@@ -10,11 +10,14 @@ an activation row gets the stratum of its *input* token.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_limits.numeric.spectra.token_strata import frequency_strata, split_by_stratum
+from transformer_limits.testing import strategies as tls
 
 
 def ref_strata(counts, head_mass=0.33, mid_mass=0.67):
@@ -43,20 +46,13 @@ def ref_strata(counts, head_mass=0.33, mid_mass=0.67):
     return labels
 
 
-@st.composite
-def zipf_counts(draw):
-    """Zipf-like counts with ties (non-degenerate: every stratum is usually non-empty)."""
-    v = draw(st.integers(3, 400))
-    s = draw(st.floats(0.3, 2.0))
-    scale = draw(st.sampled_from([10, 1000, 10**6, 10**9]))
-    counts = np.floor(scale / np.arange(1, v + 1) ** s).astype(np.int64)
-    seed = draw(st.integers(0, 2**32 - 1))
-    np.random.default_rng(seed).shuffle(counts)
-    return counts.tolist() if counts.sum() > 0 else [1] * v
+# Zipf-like counts with ties: V in 3..400 types, f_r = floor(scale / r^s), s in [0.3, 2], scale in
+# {10, 1e3, 1e6, 1e9}, shuffled (non-degenerate: every stratum is usually non-empty)
+zipf_counts = functools.partial(tls.token_counts, vocab=(3, 400), law="zipf", exponent=(0.3, 2.0))
 
 
 @settings(derandomize=True, max_examples=150, deadline=None)
-@given(st.one_of(zipf_counts(), st.lists(st.integers(0, 50), min_size=3, max_size=60).filter(lambda c: sum(c) > 0)))
+@given(st.one_of(zipf_counts(), tls.token_counts(law="free", vocab=(3, 60), max_count=50)))
 def test_labels_match_the_transcription(counts):
     np.testing.assert_array_equal(frequency_strata(counts).labels, ref_strata(counts))
 

@@ -13,7 +13,7 @@ from transformer_limits.verify import report as report_mod
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, Figure
 from transformer_limits.verify.running import run_experiment
 from transformer_limits.verify.stats.power_law import fit_power_law
-from transformer_limits.verify.rate_plots import RateSeries, rate_figure
+from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 from transformer_limits.verify.report import config_hash, write_experiment_report, write_index
 from transformer_limits.verify.verdicts import Check, rate_at_least
 

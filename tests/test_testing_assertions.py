@@ -65,6 +65,12 @@ def test_a_wrong_first_order_term_fails_with_the_table():
     assert "local order" in text and "remainder" in text and "FAIL" in text
     assert len([line for line in text.splitlines() if line.strip().startswith(("0.05 ", "0.025 "))]) == 2
     assert "jvp does not match f" in text
+    # the error carries the failed Check: the order a wrong term leaves, the remainders, the floor
+    check = info.value.check
+    assert check.state == "fail" and not check.passed
+    assert 0.9 < -check.measured < 1.1  # remainder order ~1
+    assert len(check.statistics["local_orders_h"]) == len(check.statistics["remainders"]) - 1 == 7
+    assert check.statistics["round_off_floor"] > 0
 
 
 def test_a_right_second_order_expansion_passes_and_claims_order_3():
@@ -188,6 +194,11 @@ def test_matrix_identities_name_the_worst_entry():
     assert assert_identity(M - M, 0).passed  # "== 0" for a matrix
     with pytest.raises(AssertionError, match=r"entry \(1, 0\)"):
         assert_identity(2 * M, sp.Matrix([[2 * x, 2 * y], [2 * x * y + x, 2]]), simplify=False)
+
+    # a large matrix is named by its shape and first entry in the message (printing it all is slow)
+    big = sp.Matrix([x**k for k in range(30)])
+    with pytest.raises(AssertionError, match=r"identity failed: Matrix\(30x1: \[1, …\]\) = Matrix\(30x1"):
+        assert_identity(big, big + sp.Matrix([0] * 29 + [x]), simplify=False)
 
 
 def test_points_respect_the_symbols_assumptions():

@@ -16,7 +16,7 @@ from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 from transformer_limits.testing import strategies as tls
-from transformer_limits.verify.rate_claims import parse_rate_claim
+from transformer_limits.verify.rate.claims import parse_rate_claim
 
 FEW = settings(max_examples=25)
 
@@ -177,7 +177,104 @@ def test_failing_examples_shrink_to_small_readable_ones():
     (lambda: tls.rate_claims(params=("C1",)), "params must be"),
     (lambda: tls.rate_claims(params=("L", "L")), "params must be"),
     (lambda: tls.rate_claims(max_terms=0), "max_terms must be"),
+    (lambda: tls.adamw_hyperparameters(betas=[(1.0, 0.9)]), "betas must be"),
+    (lambda: tls.adamw_hyperparameters(betas=[]), "betas must be"),
+    (lambda: tls.adamw_hyperparameters(lr=(0.5, 0.1)), "lr must be"),
+    (lambda: tls.adamw_hyperparameters(lr=0.0), "lr must be > 0"),
+    (lambda: tls.adamw_hyperparameters(weight_decay=[-1.0]), "weight_decay must be"),
+    (lambda: tls.adamw_hyperparameters(eps="1e-8"), "eps must be"),
+    (lambda: tls.spectra(n=0), "n must be >= 1"),
+    (lambda: tls.spectra(max_value=1e-13), "max_value must be"),
+    (lambda: tls.spectra(dynamic_range=0.5), "dynamic_range must be >= 1"),
+    (lambda: tls.spectra(dynamic_range=0.0), "dynamic_range must be"),
+    (lambda: tls.token_counts(law="poisson"), "law must be"),
+    (lambda: tls.token_counts(law="free", max_count=0), "max_count must be"),
+    (lambda: tls.token_counts(scales=[0]), "scales must be"),
+    (lambda: tls.token_counts(exponent=(2.0, 1.0)), "exponent must be"),
+    (lambda: tls.token_counts(vocab=(0, 3)), "vocab must be a range"),
 ])
 def test_bad_options_name_the_argument(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+# -- the strategies moved here from the project's own tests (issue 24 item 3) ---------------------
+
+def _adamw_ok(hp, betas, lr, decays, epsilons):
+    assert set(hp) == {"lr", "betas", "eps", "weight_decay"}
+    assert hp["betas"] in betas and lr[0] <= hp["lr"] <= lr[1] and hp["eps"] in epsilons
+    # λ is one of the listed values, clipped to 1/η: the decay factor 1 − ηλ stays in [0, 1]
+    assert hp["weight_decay"] in decays or hp["weight_decay"] == pytest.approx(1.0 / hp["lr"])
+    assert 0.0 <= hp["lr"] * hp["weight_decay"] <= 1.0 + 1e-12
+
+
+@FEW
+@given(tls.adamw_hyperparameters(), tls.adamw_hyperparameters(betas=[(0.0, 0.5)], lr=(0.5, 1.0),
+                                                              weight_decay=[3.0], eps=[0.0]))
+def test_adamw_hyperparameters(hp, clipped):
+    _adamw_ok(hp, tls.ADAMW_BETAS, (1e-4, 1.0), (0.0, 1e-2, 0.3, 1.0, 5.0), (1e-8, 1e-300, 0.1))
+    _adamw_ok(clipped, [(0.0, 0.5)], (0.5, 1.0), (3.0,), (0.0,))
+    assert clipped["weight_decay"] == pytest.approx(1.0 / clipped["lr"])  # 3 > 1/η for every η in [0.5, 1]
+
+
+def test_adamw_hyperparameters_drive_the_optimizer_and_shrink():
+    from transformer_limits.numeric.optim.adamw import AdamW
+
+    hp = find(tls.adamw_hyperparameters(lr=0.01), lambda hp: True)
+    assert hp == {"lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}  # the first of each list
+    opt = AdamW({"w": np.ones(3)}, **hp)  # the dict is AdamW's keyword arguments
+    opt.step({"w": np.ones(3)})
+    assert np.allclose(opt._params[0], 1.0 - 0.01)  # the first Adam step moves each entry by lr
+    # the β1 >= √β2 pairs are drawn too (there the sup of C_β(k) is infinite)
+    assert find(tls.adamw_hyperparameters(), lambda hp: hp["betas"][0] >= np.sqrt(hp["betas"][1]))["betas"] == (0.95, 0.9)
+
+
+@FEW
+@given(tls.spectra(), tls.spectra(n=5, max_value=1.0))
+def test_spectra_are_non_negative_with_a_mode(lam, lam5):
+    for spectrum, top in ((lam, 1e6), (lam5, 1.0)):
+        assert spectrum.dtype == np.float64 and spectrum.ndim == 1
+        assert np.all(spectrum >= 0) and np.all(spectrum <= top) and spectrum.max() > tls.SPECTRUM_FLOOR
+    assert 1 <= lam.size <= 40 and lam5.shape == (5,)
+
+
+def test_spectra_shrink_and_reach_the_round_off_cases():
+    assert find(tls.spectra(), lambda lam: True).tolist() == [1.0]
+    # a zero next to a mode: the case a rank estimator must not count
+    found = find(tls.spectra(), lambda lam: lam.size >= 2 and np.any(lam == 0))
+    assert found.tolist() == [0.0, 1.0] or found.tolist() == [1.0, 0.0]
+
+
+@FEW
+@given(tls.spectra(n=(2, 30), dynamic_range=1e4))
+def test_spectra_of_bounded_dynamic_range(lam):
+    assert 2 <= lam.size <= 30 and np.all(lam >= 0) and lam.max() > tls.SPECTRUM_FLOOR
+    positive = lam[lam > 0]
+    assert positive.min() >= positive.max() / 1e4  # no entry between 0 and max λ / r
+
+
+def test_spectra_of_bounded_dynamic_range_shrink_and_keep_zeros():
+    assert find(tls.spectra(dynamic_range=10.0), lambda lam: True).tolist() == [1.0]
+    # a wide spectrum becomes a mode and zeros: hypothesis finds the small one [0, 1] (or [1, 0])
+    found = find(tls.spectra(dynamic_range=10.0), lambda lam: lam.size >= 2 and np.any(lam == 0))
+    assert sorted(found.tolist()) == [0.0, 1.0]
+    # two modes within the range are kept as they are
+    found = find(tls.spectra(dynamic_range=10.0), lambda lam: np.count_nonzero(lam) >= 2 and len(set(lam)) >= 3)
+    assert np.count_nonzero(found) >= 2 and found[found > 0].min() >= found.max() / 10.0
+
+
+@FEW
+@given(tls.token_counts(), tls.token_counts(vocab=50, exponent=1.0, scales=[1000]),
+       tls.token_counts(law="free", vocab=(3, 10), max_count=4))
+def test_token_counts(zipf, fixed, free):
+    for counts in (zipf, fixed, free):
+        assert all(isinstance(c, int) and c >= 0 for c in counts) and sum(counts) > 0
+    assert 3 <= len(zipf) <= 400 and 3 <= len(free) <= 10 and max(free) <= 4
+    # s = 1, scale 1000: the counts are ⌊1000 / r⌋ for r = 1..50, shuffled
+    assert sorted(fixed, reverse=True) == [1000 // r for r in range(1, 51)]
+
+
+def test_token_counts_shrink_and_have_ties():
+    assert sorted(find(tls.token_counts(law="free"), lambda c: True)) == [0, 0, 1]  # three types, one count
+    zipf = find(tls.token_counts(), lambda c: len(set(c)) < len(c))  # ties in the tail are common
+    assert len(set(zipf)) < len(zipf) and sum(zipf) > 0

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from transformer_limits.numeric.spectra.token_strata import STRATA, frequency_strata, split_by_stratum
+from transformer_limits.testing import strategies as tls
 
-count_vectors = st.lists(st.integers(0, 10**6), min_size=3, max_size=300).filter(lambda c: sum(c) > 0)
+# V in 3..300 token types with independent counts in [0, 1e6], sum > 0
+count_vectors = tls.token_counts(law="free", vocab=(3, 300), max_count=10**6)
 
 
 def _reference_thresholds(counts, head_mass=0.33, mid_mass=0.67):

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import json
-import pkgutil
 import signal
 import sqlite3
 import sys
 import threading
 from typing import Any, NoReturn, Sequence
 
+from transformer_limits.commands import register_commands
+from transformer_limits.commands._outcome import CheckFailed, CheckInconclusive, UsageError, emit, raise_for_status
 from transformer_limits.errors import (EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_ERROR, EXIT_INCONCLUSIVE, EXIT_OK,
                                        EXIT_SIGINT, EXIT_SIGTERM, EnvironmentFailure, ExperimentCrashed, InputError)
 
@@ -27,10 +27,6 @@ __all__ = ["main", "UsageError", "CheckFailed", "CheckInconclusive", "emit", "ra
 
 # errors of the machine, not of the user's input: a full disk or quota mid-run is exit 3
 _ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
-
-
-class UsageError(InputError):
-    """Bad input from the user: reported as one line on stderr, exit code 2."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -41,40 +37,11 @@ def _raise_terminated(signum, frame) -> None:  # noqa: ARG001 - signal handler A
     raise Terminated()
 
 
-class CheckFailed(Exception):
-    """A verification check failed: exit code 1 (the report has already been printed)."""
-
-
-class CheckInconclusive(Exception):
-    """``--strict``: no check failed but some were INCONCLUSIVE: exit code 4 (report already printed)."""
-
-
-def raise_for_status(status: str, what: str, *, strict: bool = False, crashed: str = "") -> None:
-    """The exit of a verdict ``status`` (``pass``/``inconclusive``/``fail``/``error``) of ``what``:
-    error → :class:`ExperimentCrashed` (3, with the one line ``crashed``), fail → :class:`CheckFailed`
-    (1), inconclusive → :class:`CheckInconclusive` (4) with ``strict``, else nothing (0)."""
-    if status == "error":
-        raise ExperimentCrashed(crashed or f"{what} crashed")
-    if status == "fail":
-        raise CheckFailed(what)
-    if status == "inconclusive" and strict:
-        raise CheckInconclusive(what)
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (argparse's default prints the whole usage block)."""
 
     def error(self, message: str) -> NoReturn:  # noqa: D401 - argparse API
         raise UsageError(f"{self.prog}: {message}")
-
-
-def emit(payload: Any, fmt: str, text: str | None = None) -> None:
-    """Print ``payload`` as JSON (``--format json``) or ``text`` for people."""
-    if fmt == "json":
-        json.dump(payload, sys.stdout, indent=2, sort_keys=False)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write((text if text is not None else str(payload)) + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,11 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    import transformer_limits.commands as commands
-
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
+    register_commands(sub)
     return parser
 
 

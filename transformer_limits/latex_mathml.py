@@ -1,7 +1,7 @@
 """The LaTeX subset of the package's hand-written formulas, read into presentation MathML.
 
 The ``Derivation.generic_latex`` formulas and the LaTeX of rate claims
-(:func:`transformer_limits.mathml.claim_html`) use fractions (``\\frac``, ``\\tfrac``, ``\\dfrac``,
+(:func:`transformer_limits.verify.claim_markup.claim_html`) use fractions (``\\frac``, ``\\tfrac``, ``\\dfrac``,
 with TeX's one-token arguments ``\\tfrac1L``), sub- and superscripts and primes, Greek letters, large
 operators with limits (``\\sum``, ``\\min``), roots, accents, sized delimiters (``\\left``/``\\right``,
 ``\\big`` … ``\\Bigg``), spaces and ``\\mathrm``/``\\text``/``\\mathbb``/``\\mathcal``.

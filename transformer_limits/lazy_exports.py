@@ -25,7 +25,7 @@ class _LazyPackage(types.ModuleType):
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Importing submodule X binds it as attribute X of the package.  For an exported function
-        # X defined in submodule X (``verify.rate_check``) that would hide the function, so the
+        # X defined in submodule X (e.g. ``verify.rate_check`` before it moved to ``verify.rate.check``) that would hide the function, so the
         # binding is skipped; the submodule stays in sys.modules and imports by path still work.
         if name in type(self)._shadowed and isinstance(value, types.ModuleType):
             return

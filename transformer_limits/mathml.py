@@ -4,7 +4,7 @@ Browsers typeset MathML Core without scripts or network, so ``report.html`` and 
 stay self-contained and render offline.  The terminal forms (``to_text``, Markdown, ``report.md``) keep
 the plain-text / LaTeX source; in HTML that source rides along as a ``<semantics>`` annotation.
 
-Four producers, one output shape (a ``<math>`` element without ``xmlns``: the HTML parser puts it in
+Three producers, one output shape (a ``<math>`` element without ``xmlns``: the HTML parser puts it in
 the MathML namespace; an ``xmlns="http…"`` would also break the "no URL in report.html" rule):
 
 * :func:`sympy_mathml` — SymPy's presentation printer, with HTML named entities (``&InvisibleTimes;``)
@@ -16,21 +16,19 @@ the MathML namespace; an ``xmlns="http…"`` would also break the "no URL in rep
   spaces, ``\\mathrm``/``\\text``/``\\mathbb``/``\\mathcal``), read by
   :mod:`transformer_limits.latex_mathml`.  Anything else raises ``ValueError`` naming the command, so
   an unsupported formula never renders half right.
-* :func:`claim_html` — free-text claims (``Experiment.claim``, ``Check.claim``): the parts that parse
-  as rate claims (:func:`transformer_limits.verify.rate_claims.parse_rate_claim`) become inline
-  MathML, the text around them stays text.
-* :func:`derivation_html` — a whole HTML page for one derivation (what ``to_markdown`` writes, typeset).
+* :func:`math_element` — the element itself, for callers that build presentation markup (the rate
+  claims in free text of :mod:`transformer_limits.verify.claim_markup`).
 
-SymPy and the rate-claim parser are imported inside the functions: importing this module is
-cheap (the report writer imports it for every page).
+Two pages use these: the reports (:func:`transformer_limits.verify.claim_markup.claim_html` for
+claims) and the derivation pages (:func:`transformer_limits.symbolic.derivation_docs.derivation_html`).
+This module sits below both and imports neither.  SymPy is imported inside the functions: importing
+this module is cheap (the report writer imports it for every page).
 """
 
 from __future__ import annotations
 
 import html
-import json
 import re
-from functools import lru_cache
 from html.entities import html5
 from typing import Any
 
@@ -44,9 +42,6 @@ __all__ = [
     "sympy_mathml",
     "latex_to_mathml",
     "formula_html",
-    "claim_html",
-    "rate_spans",
-    "derivation_html",
     "MATH_CSS",
 ]
 
@@ -156,197 +151,3 @@ def latex_to_mathml(tex: str, *, display: str = "block") -> str:
     unbalanced braces, a double script, ``&`` or ``\\\\`` (no arrays).
     """
     return math_element(latex_presentation(tex), display=display, source=tex)
-
-
-# ------------------------------------------------------------------------------------------------
-# rate claims inside free text
-# ------------------------------------------------------------------------------------------------
-
-_NAME = r"[A-Za-z](?:_[A-Za-z0-9]+|\d+)?"
-_NUM_EXP = r"-?\d+(?:\s*/\s*\d+)?"
-_EXP = rf"(?:\^(?:\{{\s*{_NUM_EXP}\s*\}}|\(\s*{_NUM_EXP}\s*\)|-?\d+(?:/\d+)?)|\*\*-?\d+(?:/\d+)?|[²³])"
-# A factor must not continue a word, an exponent or a number, and must not be a function call.
-_FACTOR = rf"(?<![\w^])(?:(?:log|ln|sqrt)\({_NAME}\)|{_NAME}|\d+)(?:{_EXP})?(?![\w(^{{'])"
-_TERM = rf"{_FACTOR}(?:\s*[*/]\s*{_FACTOR}|[ \t]+{_FACTOR})*"
-
-
-@lru_cache(maxsize=None)
-def _pattern(which: str) -> re.Pattern:
-    """The compiled rate-claim (``claim``) or factor pattern, compiled on first use (~20 ms: kept out of
-    the import)."""
-    return re.compile(rf"{_TERM}(?:\s*\+\s*{_TERM})*" if which == "claim" else _FACTOR)
-
-
-_BIG_O = re.compile(r"(?<!\w)O\(")
-# a decaying factor needs a negative power or a slash: spans without one are not tried
-_DECAY_MARK = re.compile(r"/|\^\s*[{(]?\s*-|\*\*\s*-")
-#: most factors in one rate span (the papers' longest, C1 L^-1 + C2 L^-1/3 H^-1/2, has 5): bounds
-#: the sub-span search on long runs of single letters
-_MAX_FACTORS = 12
-_SUPERSCRIPTS = str.maketrans({"²": "^2", "³": "^3"})
-
-
-@lru_cache(maxsize=4096)
-def _parses_as_rate(text: str, inside_big_o: bool) -> bool:
-    """Is ``text`` a rate?  It must parse as a rate claim and (outside ``O(...)``) decay: no
-    positive power of a parameter, at least one negative one (so ``X_1`` or ``a L^-1`` is not)."""
-    from transformer_limits.verify.rate_claims import parse_rate_claim
-
-    try:
-        claim = parse_rate_claim(text.translate(_SUPERSCRIPTS))
-    except ValueError:
-        return False
-    if inside_big_o:
-        return True
-    powers = [q for t in claim.terms for q in t.exponents.values()]
-    return all(q <= 0 for q in powers) and any(q < 0 for q in powers)
-
-
-def rate_spans(text: str) -> list[tuple[int, int]]:
-    """``(start, end)`` of the parts of ``text`` that are rate claims, in order, not overlapping:
-    a whole ``O(...)`` whose inside parses, else, from the left, the longest decaying runs of
-    factors (``C1 L^-1 + C2 L^-1/3 H^-1/2``, ``c_T N^{-1/2}``, ``1/L + 1/m``, ``log(L)/L``)."""
-    spans: list[tuple[int, int]] = []
-    for m in _BIG_O.finditer(text):
-        depth, j = 1, m.end()
-        while j < len(text) and depth:
-            depth += {"(": 1, ")": -1}.get(text[j], 0)
-            j += 1
-        inner = text[m.end():j - 1]
-        if depth == 0 and _pattern("claim").fullmatch(inner.strip()) and _parses_as_rate(inner, True):
-            spans.append((m.start(), j))
-    taken = list(spans)
-    for m in _pattern("claim").finditer(text):
-        if any(a < m.end() and m.start() < b for a, b in taken) or not _DECAY_MARK.search(text, m.start(), m.end()):
-            continue
-        factors = [f.span() for f in _pattern("factor").finditer(text, m.start(), m.end())]
-        i = 0
-        while i < len(factors):  # greedy from the left: the longest rate starting at factor i
-            for j in range(min(len(factors), i + _MAX_FACTORS) - 1, i - 1, -1):
-                a, b = factors[i][0], factors[j][1]
-                if (_DECAY_MARK.search(text, a, b) and _pattern("claim").fullmatch(text, a, b)
-                        and _parses_as_rate(text[a:b], False)):
-                    spans.append((a, b))
-                    i = j
-                    break
-            i += 1
-    return sorted(spans)
-
-
-def _rate_latex(text: str) -> str:
-    """LaTeX of a rate span as written (``1/L`` stays a slash, ``L^-1/3`` becomes ``L^{-1/3}``)."""
-    out: list[str] = []
-    pos = 0
-    for f in _pattern("factor").finditer(text):
-        gap = text[pos:f.start()]
-        # blanks or "*" multiply (a thin space); "/" and "+" stay as written
-        out.append(r"\," if out and gap.strip() in ("", "*") and gap else gap.strip())
-        out.append(_factor_latex(f.group(0)))
-        pos = f.end()
-    out.append(text[pos:])
-    return "".join(out)
-
-
-def _factor_latex(factor: str) -> str:
-    m = re.fullmatch(rf"(?:(log|ln|sqrt)\(({_NAME})\)|({_NAME})|(\d+))(.*)", factor)
-    assert m is not None, factor  # factor is a match of _FACTOR
-    func, arg, name, number, exp = m.groups()
-    if func == "sqrt":
-        base = rf"\sqrt{{{_name_latex(arg)}}}"
-    elif func:
-        base = rf"\{func}({_name_latex(arg)})"
-    else:
-        base = _name_latex(name) if name else number
-    exp = exp.strip()
-    if not exp:
-        return base
-    power = {"²": "2", "³": "3"}.get(exp) or re.sub(r"\s+", "", exp.lstrip("^*").strip("{}()"))
-    return f"{base}^{{{power}}}"
-
-
-def _name_latex(name: str) -> str:
-    m = re.fullmatch(r"([A-Za-z])_?([A-Za-z0-9]*)", name)
-    assert m is not None, name  # name is a match of _NAME
-    return f"{m.group(1)}_{{{m.group(2)}}}" if m.group(2) else m.group(1)
-
-
-def claim_html(text: str) -> str:
-    """HTML of a free-text claim: its rate parts (:func:`rate_spans`) as inline MathML (the text as
-    written kept as annotation), everything else escaped text."""
-    if not isinstance(text, str):
-        raise ValueError(f"text must be a string, got {type(text).__name__}")
-    out, pos = [], 0
-    for a, b in rate_spans(text):
-        out.append(_esc(text[pos:a]))
-        span = text[a:b]
-        if span.startswith("O("):
-            tex = r"O\left(" + _rate_latex(span[2:-1].strip()) + r"\right)"
-        else:
-            tex = _rate_latex(span)
-        out.append(math_element(latex_presentation(tex), display="inline", source=span, encoding="text/plain"))
-        pos = b
-    out.append(_esc(text[pos:]))
-    return "".join(out)
-
-
-# ------------------------------------------------------------------------------------------------
-# derivation pages
-# ------------------------------------------------------------------------------------------------
-
-_PAGE_CSS = """
-body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
-padding:0 1em;color:#222;line-height:1.45}
-h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
-h3{font-size:1em;margin-bottom:.2em}table{border-collapse:collapse;margin:.6em 0;font-size:.88em}
-th,td{border:1px solid #ccc;padding:.3em .55em;text-align:left;vertical-align:top}th{background:#f3f3f3}
-pre{background:#f7f7f7;border:1px solid #e2e2e2;padding:.6em;overflow-x:auto;font-size:.85em}
-code{background:#f3f3f3;padding:0 .2em}.small{font-size:.85em;color:#555}
-"""
-
-
-def derivation_html(result: Any, *, kernels: bool = True, budget: int = MAX_MATHML_CHARS) -> str:
-    """A self-contained HTML page for one :class:`~transformer_limits.symbolic.derivation.Derivation`:
-    the sections of ``to_markdown`` with the generic formulas (:func:`latex_to_mathml`) and the
-    componentwise SymPy results (:func:`sympy_mathml`, LaTeX fallback over budget) typeset.
-    ``kernels``: list the generated kernel sources (links to ``kernels/<file>``); ``budget``: the
-    MathML size limit per componentwise result (:func:`sympy_mathml`)."""
-    import sympy as sp
-
-    name = result.name
-    command = f"transformer-limits derive {name}" + "".join(
-        f" --param {k}={v}" for k, v in result.params.items()) + " --format latex"
-    body = [f"<h1><code>{_esc(name)}</code> — {_esc(result.title)}</h1>", f"<p>{_esc(result.summary)}</p>",
-            f'<p class="small">Plain-text form: <a href="{_esc(name)}.md">{_esc(name)}.md</a>; '
-            f"terminal: <code>transformer-limits derive {_esc(name)}</code>.</p>"]
-    if result.params:
-        body.append("<p>Generated with parameters: "
-                    + ", ".join(f"<code>{_esc(k)}={_esc(v)}</code>" for k, v in result.params.items()) + "</p>")
-    if result.generic_latex:
-        body.append("<h2>Formulas (generic matrix form)</h2>")
-        for key, tex in result.generic_latex.items():
-            body += [f"<h3>{_esc(key)}</h3>", latex_to_mathml(tex)]
-    body.append("<h2>Componentwise SymPy results</h2>")
-    for key, expr in result.expressions.items():
-        tex = sp.latex(expr)
-        body += [f"<h3>{_esc(key)}</h3>",
-                 formula_html(mathml=sympy_mathml(expr, latex=tex, budget=budget), latex=tex, command=command,
-                              budget=budget)]
-    body += ["<h2>Assumptions</h2>", "<ul>"] + [f"<li>{_esc(a)}</li>" for a in result.assumptions] + ["</ul>"]
-    body += ["<h2>How it was checked</h2>", "<ul>"] + [f"<li>{_esc(c)}</li>" for c in result.checks] + ["</ul>"]
-    summary = result._check_summary()
-    if summary:
-        body.append(f"<p><b>{_esc(summary)}</b></p>")
-    if result.values:
-        from transformer_limits.symbolic.derivation import _jsonable
-
-        body += ["<h2>Values</h2>", "<table><tr><th>name</th><th>value</th></tr>"] + [
-            f"<tr><td><code>{_esc(k)}</code></td><td><code>{_esc(json.dumps(v))}</code></td></tr>"
-            for k, v in _jsonable(result.values).items()] + ["</table>"]
-    if kernels and result.kernels:
-        body += ["<h2>Generated kernels</h2>",
-                 "<p>Sources generated from the expressions above (see <code>docs/codegen.md</code>):</p>", "<ul>"]
-        body += [f'<li><a href="kernels/{_esc(f)}"><code>{_esc(f)}</code></a></li>' for f in result.kernels]
-        body.append("</ul>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_esc(name)}: {_esc(result.title)}</title><style>{_PAGE_CSS}{MATH_CSS}</style></head>"
-            "<body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from transformer_limits.cli import UsageError, emit
+from transformer_limits.commands._outcome import UsageError, emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ import argparse
 import platform
 import sys
 
-from transformer_limits.cli import emit
+from transformer_limits.commands._outcome import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:

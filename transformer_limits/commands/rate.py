@@ -6,7 +6,7 @@
         [--format text|json] [--out DIR]
 
 The fits and verdicts are those of the built-in experiments
-(:mod:`transformer_limits.verify.rate_check`; docs/rate_check.md).  Exit 0 when no check fails
+(:mod:`transformer_limits.verify.rate.check`; docs/rate_check.md).  Exit 0 when no check fails
 (INCONCLUSIVE checks, power below 0.8 against ``--alternative``, included unless ``--strict``: 4),
 1 when the data contradict the claim, 2 for bad input (one line on stderr, nothing written).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from transformer_limits.cli import UsageError, emit, raise_for_status
+from transformer_limits.commands._outcome import UsageError, emit, raise_for_status
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,8 +65,8 @@ def _missing_action(parser: argparse.ArgumentParser) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     from transformer_limits.commands.verify import check_out_dir, verdict_table
-    from transformer_limits.verify.rate_check import rate_check
-    from transformer_limits.verify.rate_claim_grammar import UnknownParameterError
+    from transformer_limits.verify.rate.check import rate_check
+    from transformer_limits.verify.rate.claim_grammar import UnknownParameterError
 
     check_out_dir(args.out)  # before any work
     if not 0.0 < args.alpha < 0.5:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from transformer_limits.cli import UsageError, emit, raise_for_status
+from transformer_limits.commands._outcome import UsageError, emit, raise_for_status
 from transformer_limits.commands.verify import add_run_options, check_out_dir, load_modules, make_config, show_progress
 
 

@@ -13,7 +13,7 @@ import math
 import os
 from typing import Any
 
-from transformer_limits.cli import UsageError, emit
+from transformer_limits.commands._outcome import UsageError, emit
 from transformer_limits.resource_limits import (
     BOOTSTRAP_BYTES_PER_CELL,
     MAX_BOOTSTRAP_REPLICATES,

@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-from transformer_limits.cli import UsageError, emit, raise_for_status
+from transformer_limits.commands._outcome import UsageError, emit, raise_for_status
 from transformer_limits.errors import EXIT_INCONCLUSIVE
 
 PROFILE_CHOICES = ("quick", "full")

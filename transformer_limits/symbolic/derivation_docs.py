@@ -7,15 +7,18 @@ Output is deterministic for fixed package and SymPy versions, so a test can chec
 
 from __future__ import annotations
 
+import html
+import json
 from pathlib import Path
+from typing import Any
 
 import sympy as sp
 
 from transformer_limits.atomic_write import staged_directory
-from transformer_limits.mathml import derivation_html
-from transformer_limits.symbolic.derivation import derivation, list_derivations
+from transformer_limits.mathml import MATH_CSS, MAX_MATHML_CHARS, formula_html, latex_to_mathml, sympy_mathml
+from transformer_limits.symbolic.derivation import _jsonable, derivation, list_derivations
 
-__all__ = ["render_derivation_docs", "write_derivation_docs"]
+__all__ = ["derivation_html", "render_derivation_docs", "write_derivation_docs"]
 
 
 def render_derivation_docs() -> dict[str, str]:
@@ -53,3 +56,62 @@ def write_derivation_docs(out_dir: str | Path) -> list[str]:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content if content.endswith("\n") else content + "\n", encoding="utf-8")
     return sorted(files)
+
+
+def _esc(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+_PAGE_CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
+padding:0 1em;color:#222;line-height:1.45}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+h3{font-size:1em;margin-bottom:.2em}table{border-collapse:collapse;margin:.6em 0;font-size:.88em}
+th,td{border:1px solid #ccc;padding:.3em .55em;text-align:left;vertical-align:top}th{background:#f3f3f3}
+pre{background:#f7f7f7;border:1px solid #e2e2e2;padding:.6em;overflow-x:auto;font-size:.85em}
+code{background:#f3f3f3;padding:0 .2em}.small{font-size:.85em;color:#555}
+"""
+
+
+def derivation_html(result: Any, *, kernels: bool = True, budget: int = MAX_MATHML_CHARS) -> str:
+    """A self-contained HTML page for one :class:`~transformer_limits.symbolic.derivation.Derivation`:
+    the sections of ``to_markdown`` with the generic formulas (:func:`latex_to_mathml`) and the
+    componentwise SymPy results (:func:`sympy_mathml`, LaTeX fallback over budget) typeset.
+    ``kernels``: list the generated kernel sources (links to ``kernels/<file>``); ``budget``: the
+    MathML size limit per componentwise result (:func:`sympy_mathml`)."""
+    name = result.name
+    command = f"transformer-limits derive {name}" + "".join(
+        f" --param {k}={v}" for k, v in result.params.items()) + " --format latex"
+    body = [f"<h1><code>{_esc(name)}</code> — {_esc(result.title)}</h1>", f"<p>{_esc(result.summary)}</p>",
+            f'<p class="small">Plain-text form: <a href="{_esc(name)}.md">{_esc(name)}.md</a>; '
+            f"terminal: <code>transformer-limits derive {_esc(name)}</code>.</p>"]
+    if result.params:
+        body.append("<p>Generated with parameters: "
+                    + ", ".join(f"<code>{_esc(k)}={_esc(v)}</code>" for k, v in result.params.items()) + "</p>")
+    if result.generic_latex:
+        body.append("<h2>Formulas (generic matrix form)</h2>")
+        for key, tex in result.generic_latex.items():
+            body += [f"<h3>{_esc(key)}</h3>", latex_to_mathml(tex)]
+    body.append("<h2>Componentwise SymPy results</h2>")
+    for key, expr in result.expressions.items():
+        tex = sp.latex(expr)
+        body += [f"<h3>{_esc(key)}</h3>",
+                 formula_html(mathml=sympy_mathml(expr, latex=tex, budget=budget), latex=tex, command=command,
+                              budget=budget)]
+    body += ["<h2>Assumptions</h2>", "<ul>"] + [f"<li>{_esc(a)}</li>" for a in result.assumptions] + ["</ul>"]
+    body += ["<h2>How it was checked</h2>", "<ul>"] + [f"<li>{_esc(c)}</li>" for c in result.checks] + ["</ul>"]
+    summary = result._check_summary()
+    if summary:
+        body.append(f"<p><b>{_esc(summary)}</b></p>")
+    if result.values:
+        body += ["<h2>Values</h2>", "<table><tr><th>name</th><th>value</th></tr>"] + [
+            f"<tr><td><code>{_esc(k)}</code></td><td><code>{_esc(json.dumps(v))}</code></td></tr>"
+            for k, v in _jsonable(result.values).items()] + ["</table>"]
+    if kernels and result.kernels:
+        body += ["<h2>Generated kernels</h2>",
+                 "<p>Sources generated from the expressions above (see <code>docs/codegen.md</code>):</p>", "<ul>"]
+        body += [f'<li><a href="kernels/{_esc(f)}"><code>{_esc(f)}</code></a></li>' for f in result.kernels]
+        body.append("</ul>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{_esc(name)}: {_esc(result.title)}</title><style>{_PAGE_CSS}{MATH_CSS}</style></head>"
+            "<body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -212,7 +212,14 @@ def assert_identity(
 
 
 def _short(value: Any, limit: int = 160) -> str:
-    text = str(value)
+    """``str(value)`` cut to ``limit`` characters; a matrix of more than 4 entries is named by its shape
+    and first entry (printing every entry of a large matrix costs more than checking it)."""
+    import sympy as sp
+
+    if isinstance(value, sp.MatrixBase) and value.rows * value.cols > 4:
+        text = f"Matrix({value.rows}x{value.cols}: [{_short(value[0, 0], limit)}, …])"
+    else:
+        text = str(value)
     return text if len(text) <= limit else text[:limit] + " …"
 
 

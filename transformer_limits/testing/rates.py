@@ -16,7 +16,7 @@ import numpy as np
 from transformer_limits.testing.recording import AssertionRecord, record_safely
 from transformer_limits.verify import assertions as _verify_assertions
 from transformer_limits.verify.assertions import enforce_rate, format_rate_table, rate_verdict
-from transformer_limits.verify.rate_claims import RateClaim
+from transformer_limits.verify.rate.claims import RateClaim
 from transformer_limits.verify.stats.power_law import PowerLawFit
 from transformer_limits.verify.verdicts import Check
 
@@ -67,7 +67,7 @@ def _record(fit: PowerLawFit, check: Check, expected: float | None) -> Assertion
     errs = np.asarray(fit.errors, dtype=np.float64)
 
     def figure(name: str) -> Any:
-        from transformer_limits.verify.rate_plots import RateSeries, rate_figure
+        from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 
         series = RateSeries("errors", fit.params, errs, fit, claimed_exponent=expected)
         return rate_figure(name, f"Errors vs {fit.param} (log-log), the fit over its window and the claimed "

@@ -20,7 +20,12 @@ coordinates 0 or 1, uniform weights)::
   ``max |θ| ≤ bound`` or a Frobenius ball per matrix (e.g. AdamW's parameter box, docs/adamw.md);
 * :func:`transformer_inputs` — N tokens ``(N, d)`` in the closed ball of radius R;
 * :func:`activations` — names of the supported MLP activations;
-* :func:`rate_claims` — claim strings that ``parse_rate_claim`` accepts.
+* :func:`rate_claims` — claim strings that ``parse_rate_claim`` accepts;
+* :func:`adamw_hyperparameters` — AdamW's ``lr``, ``betas``, ``eps``, ``weight_decay`` (keyword
+  arguments of ``AdamW`` / ``BlockwiseAdamW``, with ``lr · weight_decay <= 1``);
+* :func:`spectra` — eigenvalue spectra λ ``(n,)``, λ_i >= 0 with a resolved mode (max λ > 1e-12),
+  optionally of bounded ``dynamic_range`` (no entry between 0 and max λ / r);
+* :func:`token_counts` — token occurrence counts ``f_v`` of a vocabulary (Zipf-like or free), sum > 0.
 """
 
 from __future__ import annotations
@@ -33,8 +38,9 @@ from typing import Any, Sequence
 import numpy as np
 from hypothesis import strategies as st
 
-__all__ = ["EmpiricalMeasure", "activations", "attention_parameters", "empirical_measures", "rate_claims",
-           "sphere_measures", "sphere_points", "transformer_inputs"]
+__all__ = ["EmpiricalMeasure", "activations", "adamw_hyperparameters", "attention_parameters",
+           "empirical_measures", "rate_claims", "spectra", "sphere_measures", "sphere_points", "token_counts",
+           "transformer_inputs"]
 
 #: a size option: fixed, a closed range, or a strategy of ints
 Size = int | tuple[int, int] | st.SearchStrategy
@@ -278,3 +284,132 @@ def rate_claims(*, params: Sequence[str] = ("L", "H"), max_terms: int = 3, logs:
         raise ValueError(f"max_terms must be an integer >= 1, got {max_terms!r}")
     terms = st.lists(_term(names, logs), min_size=1, max_size=max_terms, unique_by=lambda t: t[0])
     return terms.map(lambda ts: " + ".join(text for _, text in ts))
+
+
+#: (β1, β2) pairs :func:`adamw_hyperparameters` draws from by default: torch's default, the usual
+#: LLM pair, β1 = 0 (RMSProp-like), and pairs with β1 >= √β2 (where the sup of C_β(k) is infinite)
+ADAMW_BETAS = ((0.9, 0.999), (0.9, 0.95), (0.0, 0.5), (0.5, 0.9), (0.99, 0.9999), (0.95, 0.9))
+
+
+def _float_range(value: float | tuple[float, float], name: str, low: float, high: float) -> st.SearchStrategy:
+    """Floats from a fixed value or a closed range ``(a, b)`` inside [low, high]."""
+    pair = value if isinstance(value, tuple) else (value, value)
+    if not (len(pair) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                   for v in pair) and low <= pair[0] <= pair[1] <= high):
+        raise ValueError(f"{name} must be a number or a range (a, b) with {low:g} <= a <= b <= {high:g}, "
+                         f"got {value!r}")
+    a, b = float(pair[0]), float(pair[1])
+    return st.just(a) if a == b else st.floats(a, b, allow_nan=False, allow_infinity=False)
+
+
+def _choices(values: Sequence[Any], name: str, ok: Any, what: str) -> tuple[Any, ...]:
+    out = tuple(values)
+    if isinstance(values, str) or not out or not all(ok(v) for v in out):
+        raise ValueError(f"{name} must be a non-empty sequence of {what}, got {values!r}")
+    return out
+
+
+@st.composite
+def _adamw(draw: Any, betas: tuple[tuple[float, float], ...], lr: st.SearchStrategy,
+           weight_decay: tuple[float, ...], eps: tuple[float, ...]) -> dict[str, Any]:
+    pair = draw(st.sampled_from(betas))
+    rate = draw(lr)
+    # λ <= 1/η keeps the decay factor 1 − ηλ of θ_{k−1} in [0, 1] (docs/adamw.md)
+    decay = min(draw(st.sampled_from(weight_decay)), 1.0 / rate)
+    return {"lr": rate, "betas": pair, "eps": draw(st.sampled_from(eps)), "weight_decay": decay}
+
+
+def adamw_hyperparameters(*, betas: Sequence[tuple[float, float]] = ADAMW_BETAS,
+                          lr: float | tuple[float, float] = (1e-4, 1.0),
+                          weight_decay: Sequence[float] = (0.0, 1e-2, 0.3, 1.0, 5.0),
+                          eps: Sequence[float] = (1e-8, 1e-300, 0.1)) -> st.SearchStrategy:
+    """AdamW hyper-parameters as the keyword arguments of ``AdamW`` / ``BlockwiseAdamW``
+    (docs/theory.md §A.4, docs/adamw.md): a dict ``{"lr": η, "betas": (β1, β2), "eps": ε,
+    "weight_decay": λ}``.
+
+    ``betas``: the (β1, β2) pairs drawn from (0 <= β1 < 1, 0 < β2 < 1; default
+    ``ADAMW_BETAS``, both β1 < √β2 and β1 >= √β2); ``lr``: a fixed η or a range ``(a, b)`` in
+    (0, 1]; ``weight_decay``: the λ values drawn from, each clipped to 1/η so that ``η λ <= 1``;
+    ``eps``: the ε values drawn from (ε = 1e-300 exercises the bound's ε -> 0 limit).  Shrinks
+    towards the first pair, λ and ε of each list."""
+    pairs = _choices(betas, "betas", lambda b: isinstance(b, tuple) and len(b) == 2 and 0.0 <= b[0] < 1.0
+                     and 0.0 < b[1] < 1.0, "pairs (beta1, beta2) with 0 <= beta1 < 1, 0 < beta2 < 1")
+    pairs = tuple((float(b1), float(b2)) for b1, b2 in pairs)
+    rates = _float_range(lr, "lr", 0.0, 1.0)
+    if (lr if isinstance(lr, tuple) else (lr,))[0] <= 0:
+        raise ValueError(f"lr must be > 0, got {lr!r}")
+    decays = _choices(weight_decay, "weight_decay", lambda v: isinstance(v, (int, float)) and 0.0 <= v < math.inf,
+                      "finite numbers >= 0")
+    epsilons = _choices(eps, "eps", lambda v: isinstance(v, (int, float)) and 0.0 <= v < math.inf,
+                        "finite numbers >= 0")
+    return _adamw(pairs, rates, tuple(float(v) for v in decays), tuple(float(v) for v in epsilons))
+
+
+#: a spectrum's largest eigenvalue must exceed this (a spectrum of zeros has no rank)
+SPECTRUM_FLOOR = 1e-12
+
+
+def spectra(*, n: Size = (1, 40), max_value: float = 1e6, dynamic_range: float | None = None) -> st.SearchStrategy:
+    """Eigenvalue spectra λ = (λ_1, ..., λ_n) of a covariance (docs/theory.md §C.3–C.4), shape
+    ``(n,)``, entries in [0, max_value] in no particular order, with a resolved mode:
+    ``max λ > 1e-12`` (``SPECTRUM_FLOOR``).  Zeros and round-off-size entries next to large
+    ones are common (the cases the rank estimators must not count as modes); a failing example
+    shrinks towards a short spectrum of small integers.
+
+    ``dynamic_range`` r >= 1: every entry is 0 or >= max λ / r (smaller ones are set to 0), so that
+    the modes are unambiguous: with r well below 1/(n ε) no entry sits near a round-off threshold,
+    and "λ_i > 0" and "λ_i is a resolved mode" agree."""
+    top = _positive(max_value, "max_value")
+    if top <= SPECTRUM_FLOOR:
+        raise ValueError(f"max_value must be > {SPECTRUM_FLOOR:g} (a spectrum needs a mode), got {max_value!r}")
+    if dynamic_range is not None and _positive(dynamic_range, "dynamic_range") < 1.0:
+        raise ValueError(f"dynamic_range must be >= 1, got {dynamic_range!r}")
+    from hypothesis.extra import numpy as hnp
+
+    floats = st.floats(0.0, top, allow_nan=False, allow_infinity=False)
+    # hnp.arrays repeats a "fill" value over many entries: plateaus of equal eigenvalues and runs of zeros
+    arrays = hnp.arrays(np.float64, _size(n, "n", 1), elements=floats)
+    resolved = arrays.filter(lambda a: a.max() > SPECTRUM_FLOOR)
+    if dynamic_range is None:
+        return resolved
+    cut = float(dynamic_range)
+    return resolved.map(lambda a: np.where(a >= a.max() / cut, a, 0.0))
+
+
+COUNT_LAWS = ("zipf", "free")
+
+
+@st.composite
+def _zipf_counts(draw: Any, vocab: st.SearchStrategy, exponent: st.SearchStrategy,
+                 scales: tuple[int, ...]) -> list[int]:
+    v, s, scale = draw(vocab), draw(exponent), draw(st.sampled_from(scales))
+    counts = np.floor(scale / np.arange(1, v + 1) ** s).astype(np.int64)
+    # a shuffled vocabulary: the code must sort by frequency itself, ties included
+    np.random.default_rng(draw(st.integers(0, 2**32 - 1))).shuffle(counts)
+    return counts.tolist() if counts.sum() > 0 else [1] * v
+
+
+def token_counts(*, vocab: Size = (3, 400), law: str = "zipf", exponent: float | tuple[float, float] = (0.3, 2.0),
+                 scales: Sequence[int] = (10, 1000, 10**6, 10**9), max_count: int = 50) -> st.SearchStrategy:
+    """Occurrence counts f_v of the ``vocab`` token types of a corpus (docs/theory.md §C.5's
+    frequency strata), a list of ints >= 0 with a positive sum.
+
+    ``law="zipf"``: ``f_r = ⌊scale / r^s⌋`` for ranks r = 1..V (``exponent`` s, a value or a range;
+    ``scale`` drawn from ``scales``), shuffled, so ties and zeros in the tail are common (all-zero:
+    every count 1).  ``law="free"``: independent counts in [0, ``max_count``] (sum > 0), the
+    adversarial case."""
+    if law not in COUNT_LAWS:
+        raise ValueError(f"law must be one of {', '.join(COUNT_LAWS)}, got {law!r}")
+    sizes = _size(vocab, "vocab", 1)
+    if law == "free":
+        if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1:
+            raise ValueError(f"max_count must be an integer >= 1, got {max_count!r}")
+        entries = st.integers(0, max_count)
+        if isinstance(vocab, tuple):  # hypothesis's own list sizes: short lists are drawn more often
+            counts = st.lists(entries, min_size=vocab[0], max_size=vocab[1])
+        else:
+            counts = sizes.flatmap(lambda v: st.lists(entries, min_size=v, max_size=v))
+        return counts.filter(lambda c: sum(c) > 0)
+    pool = _choices(scales, "scales", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                    "integers >= 1")
+    return _zipf_counts(sizes, _float_range(exponent, "exponent", 0.0, 10.0), pool)

@@ -162,7 +162,8 @@ def assert_taylor_rate(
 
     Returns the :class:`~transformer_limits.verify.Check` (``measured``: the fitted exponent of 1/h,
     i.e. minus the order).  Raises ``AssertionError`` with the table of h, remainders and local orders
-    when the order is contradicted (or, with ``strict``, when the check is inconclusive; otherwise it
+    (its attribute ``check`` is the failed Check, e.g. to assert the order a deliberately wrong
+    derivative leaves) when the order is contradicted (or, with ``strict``, when the check is inconclusive; otherwise it
     warns with :class:`~transformer_limits.verify.InconclusiveWarning`); ``ValueError`` naming the bad
     argument.
     """
@@ -213,8 +214,10 @@ def assert_taylor_rate(
     if recording_active():
         record_safely("assert_taylor_rate", lambda: _record(result, kept, fit, check, order))
     if not check.passed:
-        raise AssertionError("Taylor remainder rate failed: " + claim + "\n"
-                             + format_taylor_table(result, kept, fit, check, order))
+        error = AssertionError("Taylor remainder rate failed: " + claim + "\n"
+                               + format_taylor_table(result, kept, fit, check, order))
+        setattr(error, "check", check)  # the failed Check, for a test that expects the failure
+        raise error
     if check.state == "inconclusive":
         text = ("Taylor remainder rate inconclusive (not contradicted, too little power)\n"
                 + format_taylor_table(result, kept, fit, check, order))
@@ -256,7 +259,7 @@ def _record(result: TaylorResult, kept: np.ndarray, fit: PowerLawFit | None, che
     summary = in_h.to_dict()
 
     def figure(name: str) -> Any:
-        from transformer_limits.verify.rate_plots import RateSeries, rate_figure
+        from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 
         series = RateSeries("Taylor remainder", steps, rem, in_h, claimed_exponent=float(order), finest="min",
                             replicates="direction")

@@ -27,14 +27,14 @@ from transformer_limits.lazy_exports import install_lazy_exports
 # public name -> module of this package that defines it
 _EXPORTS = {
     # rate claims
-    "parse_rate_claim": "rate_claims",
-    "RateClaim": "rate_claims",
-    "RateTerm": "rate_claims",
+    "parse_rate_claim": "rate.claims",
+    "RateClaim": "rate.claims",
+    "RateTerm": "rate.claims",
     # a claimed rate on the user's own data
-    "rate_check": "rate_check",
-    "RateCheckResult": "rate_check",
-    "read_rate_data": "rate_data",
-    "RateData": "rate_data",
+    "rate_check": "rate.check",
+    "RateCheckResult": "rate.check",
+    "read_rate_data": "rate.data",
+    "RateData": "rate.data",
     # fits
     "fit_power_law": "stats.power_law",
     "PowerLawFit": "stats.power_law",
@@ -75,8 +75,8 @@ _EXPORTS = {
     "run_points": "running",
     "device_backend": "running",
     "jsonable_settings": "running",
-    "RateSeries": "rate_plots",
-    "rate_figure": "rate_plots",
+    "RateSeries": "rate.plots",
+    "rate_figure": "rate.plots",
     # sweeps
     "run_sweep": "sweeps",
     "load_sweep": "sweeps",

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
+from transformer_limits.verify.rate.claims import RateClaim, parse_rate_claim
 from transformer_limits.verify.stats.power_law import PowerLawFit, fit_power_law
 from transformer_limits.verify.verdicts import Check, exponent_equals, rate_at_least, slope_zero
 

@@ -10,15 +10,28 @@ declaration instead of a second copy of the numbers, and
 ``claim`` is empty gets the declared text, and a declared ``alpha`` is the one the check's
 statistics state (every verdict's false-failure rate is its ``alpha``: docs/theory.md §0.3 gives
 the symbols of the claims, docs/verification.md the verdicts).
+
+**Executable verdicts.**  A check whose ``verdict`` is one of :data:`DECIDABLE_VERDICTS` and which
+declares its ``claimed`` value decides itself: :meth:`CheckSpec.decide` applies the verdict to an
+estimate with the declared numbers (claimed value, α, tolerance, alternative), names the check and,
+with ``family="bonferroni"``, tests a family of estimates each at α/n and combines them.  ``run()``
+may then return estimates only (``ExperimentResult.estimates``: check name -> fit) and
+:func:`~transformer_limits.verify.running.run_experiment` decides (``decide_declared``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["CheckSpec", "apply_declarations", "declaration_errors"]
+__all__ = ["CheckSpec", "DECIDABLE_VERDICTS", "apply_declarations", "declaration_errors", "decide_declared"]
+
+#: verdicts a CheckSpec can apply itself (:meth:`CheckSpec.decide`); the value says whether the
+#: verdict needs the ``claimed`` value (slope_zero tests 0)
+DECIDABLE_VERDICTS: dict[str, bool] = {"rate_at_least": True, "exponent_equals": True, "slope_zero": False}
+#: how a family of estimates is combined (``CheckSpec.family``)
+FAMILIES = ("bonferroni",)
 
 
 @dataclass(frozen=True)
@@ -38,6 +51,10 @@ class CheckSpec:
                    trend); the run reports its power against it (docs/verification.md, "Power");
                    None for a deterministic check whose rule rejects every violation
         alternative_text  that violation in words (recorded on the Check when run() leaves it empty)
+        claimed    the claimed value of the tested quantity (an exponent q₀ or q_claim); with a
+                   verdict of DECIDABLE_VERDICTS it makes the check executable (:meth:`decide`)
+        family     None (one estimate) or "bonferroni" (a family of estimates, each tested at
+                   α/n, failing when one fails: ``verdicts.bonferroni_family``)
     """
 
     name: str
@@ -47,6 +64,8 @@ class CheckSpec:
     tolerance: float | None = None
     alternative: float | None = None
     alternative_text: str = ""
+    claimed: float | None = None
+    family: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or any(c.isspace() for c in self.name):
@@ -59,6 +78,56 @@ class CheckSpec:
         if self.alternative is not None and not (isinstance(self.alternative, (int, float))
                                                  and math.isfinite(self.alternative)):
             raise ValueError(f"alternative must be None or a finite number, got {self.alternative!r}")
+        if self.claimed is not None and not (isinstance(self.claimed, (int, float)) and math.isfinite(self.claimed)):
+            raise ValueError(f"claimed must be None or a finite number, got {self.claimed!r}")
+        if self.family is not None and self.family not in FAMILIES:
+            raise ValueError(f"family must be None or one of {', '.join(FAMILIES)}, got {self.family!r}")
+        if self.family is not None and not self.executable:
+            raise ValueError(f"check {self.name}: a family needs an executable verdict "
+                             f"({', '.join(DECIDABLE_VERDICTS)}) and its claimed value")
+
+    @property
+    def executable(self) -> bool:
+        """Whether :meth:`decide` can apply the verdict: a decidable verdict, α declared, and the
+        claimed value where the verdict needs one."""
+        needs_claim = DECIDABLE_VERDICTS.get(self.verdict)
+        return needs_claim is not None and self.alpha is not None and (self.claimed is not None or not needs_claim)
+
+    def _decide_one(self, fit: Any, alpha: float) -> Any:
+        from transformer_limits.verify import verdicts
+
+        tolerance = self.tolerance or 0.0
+        if self.verdict == "slope_zero":
+            return verdicts.slope_zero(fit, alpha, tolerance=tolerance, alternative=self.alternative)
+        claimed = float(self.claimed)  # type: ignore[arg-type]  # executable: declared for these verdicts
+        if self.verdict == "rate_at_least":
+            return verdicts.rate_at_least(fit, claimed, alpha, alternative=self.alternative)
+        return verdicts.exponent_equals(fit, claimed, alpha, tolerance=tolerance, alternative=self.alternative)
+
+    def decide(self, estimate: Any, *, claim: str = "", sides: str = "") -> Any:
+        """The :class:`~transformer_limits.verify.verdicts.Check` of this declaration on ``estimate``:
+        a fit (``family`` None) or a mapping label -> fit (``family="bonferroni"``: each member at
+        α/n, combined by ``verdicts.bonferroni_family``, ``sides``
+        describing the members).  The check carries the declared name, ``claim`` (else the declared
+        claim, else the verdict's own text) and its power against the declared alternative."""
+        if not self.executable:
+            raise ValueError(f"check {self.name} is not executable: verdict {self.verdict!r} with claimed "
+                             f"{self.claimed!r} and alpha {self.alpha!r}")
+        alpha = self.required_alpha
+        if self.family is None:
+            if isinstance(estimate, Mapping):
+                raise ValueError(f"check {self.name} decides one estimate, got a mapping (declare family=...)")
+            check = self._decide_one(estimate, alpha)
+            check.name, check.claim = self.name, claim or self.claim or check.claim
+            return check
+        if not isinstance(estimate, Mapping) or not estimate:
+            raise ValueError(f"check {self.name} decides a family: estimate must be a non-empty mapping label -> fit")
+        from transformer_limits.verify.verdicts import bonferroni_family
+
+        labels = [str(k) for k in estimate]
+        members = [self._decide_one(fit, alpha / len(labels)) for fit in estimate.values()]
+        return bonferroni_family(self.name, claim or self.claim or members[0].claim, self.claimed, members, alpha,
+                                 sides or f"{members[0].statistics['sides']}, each at α/{len(labels)}", labels)
 
     @property
     def required_alpha(self) -> float:
@@ -93,7 +162,7 @@ class CheckSpec:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "claim": self.claim, "verdict": self.verdict, "alpha": self.alpha,
                 "tolerance": self.tolerance, "alternative": self.alternative,
-                "alternative_text": self.alternative_text}
+                "alternative_text": self.alternative_text, "claimed": self.claimed, "family": self.family}
 
 
 def declaration_errors(specs: Sequence[CheckSpec], checks: Iterable[Any]) -> list[str]:
@@ -132,3 +201,19 @@ def apply_declarations(specs: Sequence[CheckSpec], checks: Iterable[Any]) -> Non
             check.claim = spec.claim
         if spec is not None and not check.alternative and spec.alternative_text:
             check.alternative = spec.alternative_text
+
+
+def decide_declared(specs: Sequence[CheckSpec], estimates: Mapping[str, Any], checks: list[Any]) -> list[Any]:
+    """The run's checks with every declared executable check that ``run()`` left to the runner decided:
+    for each spec (in declared order) with an entry in ``estimates`` and no check of its name in
+    ``checks``, ``spec.decide(estimates[name])``.  Returns the checks in declared order (checks of
+    undeclared names last, for :func:`declaration_errors` to report).  An estimate for a check that is
+    not declared, or not executable, is a ValueError naming it."""
+    declared = {s.name: s for s in specs}
+    for name in estimates:
+        if name not in declared or not declared[name].executable:
+            raise ValueError(f"the run returned an estimate for {name!r}, which is not a declared executable check")
+    have = {c.name for c in checks}
+    decided = {s.name: s.decide(estimates[s.name]) for s in specs if s.name in estimates and s.name not in have}
+    rank = {name: k for k, name in enumerate(declared)}
+    return sorted([*checks, *decided.values()], key=lambda c: rank.get(c.name, len(rank)))  # stable: twins kept

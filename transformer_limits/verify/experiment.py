@@ -100,6 +100,12 @@ class ExperimentResult:
         error       None, or one line saying why the run crashed, broke its declarations or returned
                     an invalid result (set by run_experiment; a traceback is in notes): status
                     "error", neither a pass nor a failed check.
+        estimates   check name -> the estimate an executable declared check decides (a fit, or
+                    label -> fit for a family): run_experiment turns each into its Check
+                    (:meth:`decide`), so run() returns estimates and the runner decides; not
+                    saved (the fits are, in ``fits``).  A result with estimates still undecided
+                    (run() called directly, without :meth:`decide`) has status "error", never
+                    a silent pass.
     """
 
     experiment: str
@@ -112,6 +118,18 @@ class ExperimentResult:
     data: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    estimates: dict[str, Any] = field(default_factory=dict)
+
+    def decide(self, specs: "tuple[CheckSpec, ...] | list[CheckSpec]") -> "ExperimentResult":
+        """Decide the pending ``estimates`` with their declarations ``specs`` (the experiment's
+        ``checks``): each becomes its :class:`Check` (``CheckSpec.decide``), the checks are put in
+        declared order and ``estimates`` is emptied.  Returns ``self``."""
+        from transformer_limits.verify.check_spec import decide_declared
+
+        if self.estimates:
+            self.checks = decide_declared(specs, self.estimates, list(self.checks))
+            self.estimates = {}
+        return self
 
     @property
     def passed(self) -> bool:
@@ -123,7 +141,7 @@ class ExperimentResult:
         """``"error"`` (crashed or invalid), ``"fail"`` (a check failed: the data contradict the claim),
         ``"inconclusive"`` (nothing contradicted, but some check had power below 0.8 against its
         alternative, or none stated) or ``"pass"`` (every check passed with power)."""
-        if self.error is not None:
+        if self.error is not None or self.estimates:  # crashed, or estimates nobody decided
             return "error"
         states = {c.state for c in self.checks}
         if "fail" in states:

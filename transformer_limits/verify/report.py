@@ -279,7 +279,7 @@ def _verdict_badge(passed: bool | str, text: str) -> str:
 
 def _html(payload: dict, pngs: dict[str, bytes]) -> str:
     # rate parts of the claims typeset as MathML (docs/reports.md); report.md keeps the plain text
-    from transformer_limits.mathml import claim_html
+    from transformer_limits.verify.claim_markup import claim_html
 
     body = [f"<h1>{_e(payload['title'])} (<code>{_e(payload['experiment'])}</code>)</h1>",
             f"<p>{_verdict_badge(_status(payload), _summary_line(payload))} "
@@ -376,7 +376,7 @@ def report_entries(out_dir: Path) -> list[str]:
 def _write_derivation_pages(stage: Path, names: Sequence[str]) -> None:
     """The derivations an experiment rests on, as Markdown and as HTML with MathML formulas next to
     the report (links stay local; the kernel sources are not copied, so neither page lists them)."""
-    from transformer_limits.mathml import derivation_html
+    from transformer_limits.symbolic.derivation_docs import derivation_html
     from transformer_limits.symbolic.derivation import derivation
 
     for name in names:

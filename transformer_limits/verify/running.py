@@ -80,7 +80,9 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
     Checks, ``passed`` not a bool, a NaN measurement, interval or statistic, no ``alpha``, fields
     that are not JSON), one that breaks the declarations (``check_spec.declaration_errors``: a
     declared check missing, an undeclared one, another alpha) or reports no check; ``error`` then
-    names the field.  A check with an empty claim (alternative) gets its declared one.  Failures of
+    names the field.  A check with an empty claim (alternative) gets its declared one; the declared
+    executable checks whose estimates the run returned (``result.estimates``) are decided here
+    (``check_spec.decide_declared``).  Failures of
     the environment stop the whole run instead and propagate:
     :class:`transformer_limits.errors.EnvironmentFailure`, ``MemoryError`` and an ``OSError`` for a
     full disk (raised as ``EnvironmentFailure``).  ``KeyboardInterrupt`` propagates.  Provenance: ``timings.run_s`` (wall time), ``seed`` and ``seeds.base``
@@ -123,6 +125,7 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
         result = experiment.run(config)
         if not isinstance(result, ExperimentResult):
             raise TypeError(f"run returned {type(result).__name__}, not ExperimentResult")
+        result.decide(experiment.checks)  # the runner decides the declared executable checks (bad: crash)
     except (EnvironmentFailure, MemoryError):
         raise
     except SystemExit as exc:

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["TaylorResult", "taylor_test"]
+__all__ = ["TaylorResult", "taylor_test", "flow_taylor_remainder_rates"]
 
 
 @dataclass
@@ -105,3 +105,25 @@ def taylor_test(
         notes.append(f"{int((~used).sum())} rate(s) excluded: remainder at the round-off floor {floor:.1e}")
     return TaylorResult(order=len(coeffs), expected_rate=float(len(coeffs) + 1), steps=steps,
                         remainders=rem, rates=rates, used=used, tolerance=tolerance, notes=notes)
+
+
+def flow_taylor_remainder_rates(seed: int, order: int = 3, *, n_particles: int = 3, d: int = 2, d_k: int = 2,
+                                d_v: int = 2, n_heads: int = 2, wrong: str | None = None, backend: str = "numpy",
+                                reference_steps: int = 32, h0: float = 0.2, levels: int = 6, factor: float = 0.5,
+                                tolerance: float = 0.1) -> TaylorResult:
+    """Taylor test of the order-k block expansion of the attention MV-ODE's flow map
+    (:mod:`transformer_limits.numeric.attention.flow_taylor`) on a seeded random instance.
+
+    ``passed`` means the usable observed rates at the three finest h are >= k + 1 - tolerance.
+    """
+    # verify -> numeric, imported on use: this module's Taylor test needs neither numba nor the kernels
+    from transformer_limits.numeric.attention.flow_taylor import flow_taylor_problem, random_flow_instance
+
+    rng = np.random.default_rng(seed)
+    X, params = random_flow_instance(rng, n_particles=n_particles, d=d, d_k=d_k, d_v=d_v, n_heads=n_heads)
+    f, x, dx, coeffs = flow_taylor_problem(X, params, order, wrong=wrong, backend=backend,
+                                           reference_steps=reference_steps)
+    result = taylor_test(f, x, dx, coeffs, h0=h0, levels=levels, factor=factor, tolerance=tolerance)
+    result.notes.append(f"flow map of the attention MV-ODE: seed={seed}, N={n_particles}, d={d}, d_k={d_k}, "
+                        f"d_v={d_v}, heads={n_heads}, wrong={wrong}, RK4 reference with {reference_steps} steps")
+    return result

@@ -34,7 +34,7 @@ import numpy as np
 from scipy import stats
 
 from transformer_limits.jsonable import jsonable
-from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
+from transformer_limits.verify.rate.claims import RateClaim, parse_rate_claim
 from transformer_limits.verify.stats.estimate import one_sided_p_value
 from transformer_limits.verify.stats.multi_term import MultiTermFit
 from transformer_limits.verify.stats.power import POWER_THRESHOLD, bound_power, seeds_factor, two_sided_power

@@ -46,9 +46,9 @@ from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.running import jsonable_settings, run_points
-from transformer_limits.verify.rate_claims import parse_rate_claim
+from transformer_limits.verify.rate.claims import parse_rate_claim
 from transformer_limits.verify.stats.power_law import fit_power_law
-from transformer_limits.verify.rate_plots import RateSeries, rate_figure
+from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 from transformer_limits.verify.verdicts import exponent_equals
 
 ALPHA = 0.01

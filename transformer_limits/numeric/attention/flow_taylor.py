@@ -24,7 +24,7 @@ in and out), and every ``backend=`` below reaches both the attention and the jet
 
 Reference: the same field integrated by classical RK4 with ``reference_steps`` steps over [0, h]
 (global error ~ h (h/steps)^4, far below the order-3 remainder ~ h^4 for the default 32 steps).
-:func:`flow_taylor_remainder_rates` runs :func:`~transformer_limits.verify.taylor.taylor_test` on
+``transformer_limits.verify.taylor.flow_taylor_remainder_rates`` runs the Taylor test on
 t -> Phi_t(X) at t = 0 with the coefficients [c_1, ..., c_k]: the remainder of the order-k expansion
 shrinks at rate k + 1.  Deliberately wrong expansions (``wrong=``): ``no-lions`` (DF without the Lions
 term, D^2F without the atom motion), ``wrong-half`` (c_2 = DF[F], missing 1/2), ``no-second-lions``
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -44,12 +44,9 @@ from transformer_limits.numeric.device_arrays import DeviceArrays
 from transformer_limits.numeric.kernel_family import FLOW_TAYLOR_JET
 from transformer_limits.resource_limits import check_kernel_dimensions
 
-if TYPE_CHECKING:
-    from transformer_limits.verify.taylor import TaylorResult
-
 __all__ = ["FrozenHeads", "WRONG_EXPANSIONS", "frozen_heads", "attention_jet", "mv_field", "first_variation",
            "second_variation", "flow_taylor_coefficients", "flow_taylor_expansion", "reference_flow",
-           "random_flow_instance", "flow_taylor_problem", "flow_expansion_builder", "flow_taylor_remainder_rates"]
+           "random_flow_instance", "flow_taylor_problem", "flow_expansion_builder"]
 
 #: deliberately wrong expansions (each must fail the rate test at the orders it touches)
 WRONG_EXPANSIONS = {
@@ -330,24 +327,3 @@ def flow_expansion_builder(order: int, *, wrong: str | None = None, n_heads: int
         return flow_taylor_problem(X, params, order, wrong=wrong, backend=backend, reference_steps=reference_steps)
 
     return build
-
-
-def flow_taylor_remainder_rates(seed: int, order: int = 3, *, n_particles: int = 3, d: int = 2, d_k: int = 2,
-                                d_v: int = 2, n_heads: int = 2, wrong: str | None = None, backend: str = "numpy",
-                                reference_steps: int = 32, h0: float = 0.2, levels: int = 6, factor: float = 0.5,
-                                tolerance: float = 0.1) -> TaylorResult:
-    """Taylor test of the order-k block expansion on a seeded random instance (:func:`random_flow_instance`).
-
-    ``passed`` means the usable observed rates at the three finest h are >= k + 1 - tolerance.
-    """
-    from transformer_limits.verify.taylor import taylor_test  # numeric -> verify only here, lazily
-
-    order = _check_order(order)
-    rng = np.random.default_rng(seed)
-    X, params = random_flow_instance(rng, n_particles=n_particles, d=d, d_k=d_k, d_v=d_v, n_heads=n_heads)
-    f, x, dx, coeffs = flow_taylor_problem(X, params, order, wrong=wrong, backend=backend,
-                                           reference_steps=reference_steps)
-    result = taylor_test(f, x, dx, coeffs, h0=h0, levels=levels, factor=factor, tolerance=tolerance)
-    result.notes.append(f"flow map of the attention MV-ODE: seed={seed}, N={n_particles}, d={d}, d_k={d_k}, "
-                        f"d_v={d_v}, heads={n_heads}, wrong={wrong}, RK4 reference with {reference_steps} steps")
-    return result

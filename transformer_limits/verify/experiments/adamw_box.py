@@ -41,7 +41,7 @@ from transformer_limits.verify.experiment import Experiment, ExperimentConfig, E
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.running import jsonable_settings
 from transformer_limits.verify.stats.power_law import fit_power_law
-from transformer_limits.verify.rate_plots import RateSeries, rate_figure
+from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 from transformer_limits.verify.stats.power import deterministic_power
 from transformer_limits.verify.verdicts import Check, attach_power, exponent_equals, slope_zero
 

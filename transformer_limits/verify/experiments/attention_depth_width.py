@@ -62,7 +62,7 @@ from transformer_limits.verify.experiments.attention_models import (
     WorstInputs,
     models_for,
 )
-from transformer_limits.verify.rate_plots import RateSeries, grid_heatmap, rate_figure
+from transformer_limits.verify.rate.plots import RateSeries, grid_heatmap, rate_figure
 from transformer_limits.verify.stats.multi_term import fit_rate_claim
 from transformer_limits.verify.stats.power_law import PowerLawFit, fit_power_law
 from transformer_limits.verify.stats.ratio_trend import ratio_trend, trend_power
@@ -241,17 +241,18 @@ class FamilyErrors:
 
 
 def run_families(config: ExperimentConfig, s: dict[str, Any], head_scale: str = "inverse_heads",
-                 lions_sign: int = 1) -> FamilyErrors:
+                 lions_sign: int = 1, experiment: str = "attention-depth-width") -> FamilyErrors:
     """All error families through :func:`~transformer_limits.verify.running.run_points` (``config.workers``
     processes, progress bar, ``config.store`` to resume): ``depth``, ``heads``, ``cross``, ``grid``,
-    ``depth_trained``, ``heads_trained``."""
+    ``depth_trained``, ``heads_trained``; ``experiment`` names the sweep (the causal variant reuses
+    the families with ``settings["causal"]``)."""
     if head_scale not in HEAD_SCALES:
         raise ValueError(f"head_scale must be one of {', '.join(HEAD_SCALES)}, got {head_scale!r}")
     tasks = family_tasks(s)
     grid = {"zip": {"task": {k: [t[k] for t in tasks] for k in ("family", "j", "a", "b")}},
             "fixed": {"settings": jsonable_settings(s), "base_seed": config.seed, "head_scale": head_scale,
                       "lions_sign": lions_sign}}
-    sweep = run_points(config, evaluate_task, grid, experiment="attention-depth-width", version=3)
+    sweep = run_points(config, evaluate_task, grid, experiment=experiment, version=3)
     nL, nH, nc = len(s["L_levels"]), len(s["H_levels"]), len(s["cross_L"])
     arrays = {"depth": np.empty((nL, s["seeds_L"])), "depth_trained": np.empty((nL, s["seeds_L"])),
               "heads": np.empty((nH, s["seeds_H"])), "heads_trained": np.empty((nH, s["seeds_H"])),
@@ -371,15 +372,19 @@ def _fit_row(name: str, fit: PowerLawFit, claimed: float) -> dict[str, Any]:
 
 
 def run(config: ExperimentConfig, *, head_scale: Callable[[int], float] = inverse_heads,
-        lions_sign: int = 1, settings: dict[str, Any] | None = None) -> ExperimentResult:
+        lions_sign: int = 1, settings: dict[str, Any] | None = None,
+        experiment: str = "attention-depth-width", profiles: dict[str, dict[str, Any]] | None = None,
+        figure_prefix: str = "attention", error_label: str = "sup_X0 |x^1 − X^1|") -> ExperimentResult:
     """Run the experiment; ``head_scale`` / ``lions_sign`` / ``settings`` build deliberately wrong
-    models and reduced grids (tests)."""
-    s = dict(SETTINGS[config.profile], **(settings or {}))
+    models and reduced grids (tests).  ``experiment``, ``profiles`` (default :data:`SETTINGS`),
+    ``figure_prefix`` and ``error_label`` let a variant (``causal-depth-width``) run the same
+    families and checks under its own name and settings."""
+    s = dict((profiles or SETTINGS)[config.profile], **(settings or {}))
     name = next((k for k, f in HEAD_SCALES.items() if f is head_scale), None)
     if name is None:
         raise ValueError(f"head_scale must be one of {', '.join(HEAD_SCALES)} (sweep points are JSON), "
                          f"got {head_scale!r}")
-    families = run_families(config, s, name, lions_sign)
+    families = run_families(config, s, name, lions_sign, experiment)
     errors, seconds = families.errors, families.seconds
     e_L, e_H, e_cross, e_grid = errors["depth"], errors["heads"], errors["cross"], errors["grid"]
     e_L_tr, e_H_tr = errors["depth_trained"], errors["heads_trained"]
@@ -395,7 +400,7 @@ def run(config: ExperimentConfig, *, head_scale: Callable[[int], float] = invers
     used = [int(Lc[k]) for k in f_cross.window.used]
     q, (lo, hi) = f_cross.exponent.value, f_cross.interval("exponent", 1 - ALPHA)
     tight = lo <= -1 / 3 <= hi
-    result = ExperimentResult("attention-depth-width", config.profile,
+    result = ExperimentResult(experiment, config.profile,
                               checks=[c_L, c_H, c_rate, c_Lt, c_Ht])
     result.fits = {"L": f_L.to_dict(), "H": f_H.to_dict(), "trained_L": f_Lt.to_dict(),
                    "trained_H": f_Ht.to_dict(), "cross_term_L": f_cross.to_dict(), "grid": rate_info}
@@ -442,10 +447,11 @@ def run(config: ExperimentConfig, *, head_scale: Callable[[int], float] = invers
                                        RateSeries("after AdamW", H, e_H_tr, f_Ht, -0.5)]),
             ("cross_term", "L", "depth L", [RateSeries(f"iid vs exact heads, H = {s['cross_H']}", Lc, e_cross,
                                                        f_cross, -1 / 3)])]
-    result.figures = [rate_figure(f"attention_{name}", f"sup over inputs in the ball of the error vs {p}",
-                                  series, xlabel=xl, ylabel="sup_X0 |x^1 − X^1|") for name, p, xl, series in figs]
+    result.figures = [rate_figure(f"{figure_prefix}_{name}", f"sup over inputs in the ball of the error vs {p}",
+                                  series, xlabel=xl, ylabel=error_label) for name, p, xl, series in figs]
     result.figures.append(grid_heatmap(
-        "attention_ratio_to_claim", f"seed-mean sup error on the (L, H) grid divided by the claimed rate {CLAIM} "
+        f"{figure_prefix}_ratio_to_claim",
+        f"seed-mean sup error on the (L, H) grid divided by the claimed rate {CLAIM} "
         "(bounded = the bound holds; the maximum is the empirical constant)", np.array(rate_info["ratio_mean"]),
         s["grid_L"], s["grid_H"], row_label="depth L", col_label="heads H", value_label="e / claim"))
     result.provenance = {"seconds": seconds,

@@ -13,6 +13,13 @@ docs/paper_a_experiments.md).
 * :class:`WorstInputs`: per (family, level), the largest sup error over seeds and its input X0;
 * :data:`QUICK_MODEL`: the model of the quick profile (dimensions, ball radius, head law), shared by
   both experiments.
+
+Causal masking (``causal-depth-width``, ``causal-token-independence``; docs/causal_masking.md): a
+settings dict with ``"causal": True`` masks every model (token i attends to j <= i; the limit is the
+prefix-measure MV-ODE), and the sup search then ascends the worst token (``token="max"``: the maps are
+no longer permutation-equivariant) with tiled warm starts (``layout="tile"``).  ``"limit_causal"``
+(default: ``"causal"``) masks the limit alone: ``causal=True, limit_causal=False`` is the deliberately
+wrong control with the mask in the network but not in the limit.  Without these keys nothing changes.
 """
 
 from __future__ import annotations
@@ -101,11 +108,16 @@ class PaperAModels:
         # settings["precision"] (float32: numpy / blas / cupy) is the discrete models'; the mean-field
         # limit is the reference the experiments compare with and stays float64
         precision = s.get("precision", "float64")
-        self.exact = AttentionTransformer(*dims, backend=backend, precision=precision)
-        self.iid = AttentionTransformer(*dims, backend=backend, head_scale=self.head_scale, precision=precision)
+        causal = bool(s.get("causal", False))
+        self.exact = AttentionTransformer(*dims, causal=causal, backend=backend, precision=precision)
+        self.iid = AttentionTransformer(*dims, causal=causal, backend=backend, head_scale=self.head_scale,
+                                        precision=precision)
         cls = AttentionTransformer if self.lions_sign > 0 else FlippedLionsTransformer
-        self.trainer = cls(*dims, backend=backend, precision=precision)
-        self.mf = MeanFieldLimit(*dims, backend=backend)
+        self.trainer = cls(*dims, causal=causal, backend=backend, precision=precision)
+        self.mf = MeanFieldLimit(*dims, causal=bool(s.get("limit_causal", causal)), backend=backend)
+        #: the sup search's options: token 1 (permutation-equivariant maps) or the worst token with
+        #: tiled warm starts (causal maps; input_search's module docstring)
+        self.search: dict[str, Any] = {"token": "max", "layout": "tile"} if causal else {}
 
     def law(self, seed: int) -> HeadLaw:
         s = self.s
@@ -115,7 +127,7 @@ class PaperAModels:
         """(estimated sup error, the worst input X0 (N, d) found): :func:`sup_error` with the settings."""
         s = self.s
         return sup_error(A, B, s["N"], s["d"], radius=s["radius"], rng=rng, restarts=s["restarts"],
-                         iterations=s["iterations"], lr=s["ascent_lr"])
+                         iterations=s["iterations"], lr=s["ascent_lr"], token=self.search.get("token", 0))
 
     def exact_map(self, law: HeadLaw, L: int) -> InputMap:
         params, w = law.discretise(L, mode="exact")

@@ -32,7 +32,7 @@ from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.stats.power_law import fit_power_law
-from transformer_limits.verify.rate_plots import RateSeries, rate_figure
+from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 from transformer_limits.verify.sweeps import derive_seed
 from transformer_limits.verify.taylor import TaylorResult, taylor_test
 from transformer_limits.verify.stats.power import deterministic_power

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy import stats
 
 from transformer_limits.numeric.sphere.lyapunov import simulate_top_lyapunov
 from transformer_limits.verify.check_spec import CheckSpec
@@ -39,8 +38,8 @@ from transformer_limits.verify.experiment import Experiment, ExperimentConfig, E
 from transformer_limits.verify.figures import figure_png
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.running import run_points
-from transformer_limits.verify.stats.power import family_power, z_test_power
-from transformer_limits.verify.verdicts import Check, attach_power
+from transformer_limits.verify.stats.z_family import z_test_family
+from transformer_limits.verify.verdicts import Check
 
 __all__ = ["LYAPUNOV_AGREES", "PAPER_TABLE", "PROFILES", "Profile", "LyapunovEstimateR", "lyapunov_z_test",
            "predicted_lambda_1", "draft_a_typo_lambda_1", "richardson", "simulate_point", "run"]
@@ -129,42 +128,19 @@ def richardson(coarse: tuple[float, float], fine: tuple[float, float], dt: float
 def lyapunov_z_test(estimates: Sequence[float], standard_errors: Sequence[float], predicted: Sequence[float],
                     alpha: float = LYAPUNOV_AGREES.required_alpha,
                     labels: Sequence[str] | None = None) -> tuple[Check, np.ndarray]:
-    """Bonferroni family of two-sided z-tests H0_s: E λ̂_s = predicted_s; returns the Check and the z's.
+    """Bonferroni family of two-sided z-tests H0_s: E λ̂_s = predicted_s
+    (:func:`~transformer_limits.verify.stats.z_family.z_test_family`); returns the Check and the z's.
 
     Fails when max_s |z_s| > z* = Φ⁻¹(1 − α/(2n)), i.e. some p-value < α/n; family-wise false-failure
-    rate ≤ α.  ``measured`` = max |z|, ``ci`` = (−z*, z*).
+    rate ≤ α.  ``measured`` = max |z|, ``ci`` = (−z*, z*); power against one setting off by
+    r |λ_1| (r = the check's declared alternative).
     """
-    est, se, pred = (np.asarray(a, dtype=np.float64) for a in (estimates, standard_errors, predicted))
-    if not (est.shape == se.shape == pred.shape) or est.ndim != 1 or est.size == 0:
-        raise ValueError("estimates, standard_errors and predicted must be equal-length non-empty sequences")
-    if np.any(~(se > 0)):
-        raise ValueError("standard_errors must be > 0")
-    if not 0 < alpha < 0.5:
-        raise ValueError(f"alpha must be in (0, 0.5), got {alpha!r}")
-    n = est.size
-    z = (est - pred) / se
-    z_crit = float(stats.norm.isf(alpha / (2 * n)))
-    p = 2 * stats.norm.sf(np.abs(z))
-    worst = int(np.argmax(np.abs(z)))
-    passed = bool(np.abs(z).max() <= z_crit)
-    name = labels[worst] if labels is not None else f"setting {worst}"
-    st = {"alpha": alpha, "false_failure_rate": alpha, "sides": "two-sided per setting, Bonferroni",
-          "method": "z-test (Richardson-extrapolated Benettin estimate, SE over chains)",
-          "n_settings": n, "z_critical": z_crit, "per_test_alpha": alpha / n,
-          "min_p_value": float(p.min()), "bonferroni_p_value": float(min(1.0, p.min() * n)),
-          "worst_setting": name}
-    note = "" if passed else (f"{int((np.abs(z) > z_crit).sum())}/{n} settings reject; worst {name}: "
-                              f"z = {z[worst]:.2f} (|z| > {z_crit:.2f})")
-    check = Check(LYAPUNOV_AGREES.name, f"simulated λ_1 = ((d−3)/2)k'(1) − ((d−1)/2)k(1) in all {n} settings",
-                  0.0, float(np.abs(z).max()), (-z_crit, z_crit), passed, st, note)
-    # power against one setting off by r |λ_1|: each z-test at its Bonferroni level, the weakest member
-    r = LYAPUNOV_AGREES.required_alternative
-    member = [z_test_power(r * abs(p_s), se_s, z_crit) for p_s, se_s in zip(pred, se)]
-    st["power_per_setting"] = member
-    weakest = int(np.argmin(member))
-    attach_power(check, family_power(member), LYAPUNOV_AGREES.alternative_text,
-                 distance=r * abs(float(pred[weakest])), half_width=z_crit * float(se[weakest]), se=float(se[weakest]))
-    return check, z
+    n = len(estimates)
+    return z_test_family(LYAPUNOV_AGREES.name, f"simulated λ_1 = ((d−3)/2)k'(1) − ((d−1)/2)k(1) in all {n} settings",
+                         estimates, standard_errors, predicted, alpha, labels=labels,
+                         method="z-test (Richardson-extrapolated Benettin estimate, SE over chains)",
+                         relative_alternative=LYAPUNOV_AGREES.required_alternative,
+                         alternative_text=LYAPUNOV_AGREES.alternative_text)
 
 
 def simulate_point(point: dict) -> dict:

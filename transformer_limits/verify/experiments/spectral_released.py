@@ -49,8 +49,7 @@ from transformer_limits.verify.experiment import Experiment, ExperimentConfig, E
 from transformer_limits.verify.figures import figure_png
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.scaling_fit import read_points_csv
-from transformer_limits.verify.stats.beta_difference import attach_ordering_power
-from transformer_limits.verify.stats.intervals import t_interval, t_quantile, welch_satterthwaite_dof
+from transformer_limits.verify.stats.beta_difference import attach_ordering_power, welch_difference_bounds
 from transformer_limits.verify.stats.width_scaling import WidthScalingFit, fit_width_scaling
 from transformer_limits.verify.stats.power import deterministic_power
 from transformer_limits.verify.verdicts import Check, attach_power
@@ -203,16 +202,8 @@ def ordering_check(name: str, pairs: tuple[tuple[str, str], ...], fits: Mapping[
             raise ValueError(f"fits: no hard-rank fit for {', '.join(missing)}")
         fa, fb = fits[(a, "hard")], fits[(b, "hard")]
         delta = fa.beta - fb.beta
-        se = math.hypot(fa.stderr, fb.stderr)
-        nu_a, nu_b = fa.n - 2, fb.n - 2
-        if se > 0:
-            dof = welch_satterthwaite_dof(fa.stderr, nu_a, fb.stderr, nu_b)
-            t = t_quantile(1.0 - level, dof)
-            lower = t_interval(delta, se, dof, level=1.0 - level, side="lower")[0]
-            upper = t_interval(delta, se, dof, level=1.0 - level, side="upper")[1]
-        else:  # both fits exact: Δ is known without error
-            dof, t = math.inf, 0.0
-            lower = upper = delta
+        welch = welch_difference_bounds(delta, fa.stderr, fa.n - 2, fb.stderr, fb.n - 2, level)
+        se, dof, t, lower, upper = welch["se"], welch["dof"], welch["t"], welch["lower"], welch["upper"]
         rows.append(dict(higher=a, lower=b, delta=delta, se=se, dof=dof, t=t, upper=upper, lower_bound=lower,
                          supported=bool(lower > 0.0), contradicted=bool(upper < 0.0)))
     worst = min(rows, key=lambda r: r["upper"])

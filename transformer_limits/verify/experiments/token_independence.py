@@ -51,8 +51,7 @@ from transformer_limits.verify.running import device_backend, jsonable_settings,
 from transformer_limits.verify.experiments.attention_models import QUICK_MODEL, WorstInputs, models_for
 from transformer_limits.verify.input_search import check_ladder, sup_error_ladder
 from transformer_limits.verify.stats.power_law import fit_power_law
-from transformer_limits.verify.rate_plots import RateSeries, rate_figure
-from transformer_limits.verify.verdicts import slope_zero
+from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 from transformer_limits.verify.wrong_models import counting_head_map
 
 __all__ = ["SETTINGS", "COUNTING_WIDTH", "token_ladder", "token_errors", "evaluate_point", "token_errors_sweep",
@@ -179,8 +178,7 @@ def run(config: ExperimentConfig, *, counting_head: float = 0.0, log_n_term: flo
     if log_n_term:
         errors = errors + log_n_term * errors[0].mean() * (np.log(N) / np.log(N[0]))[:, None]
     fit = fit_power_law({"log N": np.log(N)}, errors, window="all", resample="paired", seed=config.seed)
-    check = slope_zero(fit, ALPHA, tolerance=TOLERANCE, alternative=SLOPE_IN_LOG_N.required_alternative)
-    check.name, check.claim = SLOPE_IN_LOG_N.name, SLOPE_IN_LOG_N.claim
+    check = SLOPE_IN_LOG_N.decide(fit)
     lo, hi = fit.interval("exponent", 1 - ALPHA)
     result = ExperimentResult("token-independence", config.profile, checks=[check])
     result.fits = {"log_N": fit.to_dict()}

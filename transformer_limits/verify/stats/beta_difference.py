@@ -22,22 +22,36 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from transformer_limits.verify.stats.intervals import t_interval, welch_satterthwaite_dof
+from transformer_limits.verify.stats.intervals import t_interval, t_quantile, welch_satterthwaite_dof
 from transformer_limits.verify.verdicts import Check
 
-__all__ = ["attach_ordering_power", "beta_difference_check", "ordering_finding", "ordering_power"]
+__all__ = ["attach_ordering_power", "beta_difference_check", "ordering_finding", "ordering_power",
+           "welch_difference_bounds"]
+
+
+def welch_difference_bounds(delta: float, se_a: float, nu_a: float, se_b: float, nu_b: float,
+                            level: float) -> dict[str, float]:
+    """One-sided Welch t bounds of a difference of two independent estimates, ``Δ = a − b``.
+
+    ``se = sqrt(SE_a² + SE_b²)``, Welch–Satterthwaite ``ν = se⁴ / (SE_a⁴/ν_a + SE_b⁴/ν_b)`` and
+    ``t = t_{1−level, ν}``; ``lower = Δ − t·se`` and ``upper = Δ + t·se`` are the one-sided
+    ``1 − level`` bounds.  Two exact estimates (se = 0) know Δ without error: ν = ∞, t = 0."""
+    se = math.hypot(se_a, se_b)
+    if se == 0:
+        return dict(se=0.0, dof=math.inf, t=0.0, lower=delta, upper=delta)
+    nu = welch_satterthwaite_dof(se_a, nu_a, se_b, nu_b)
+    return dict(se=se, dof=nu, t=t_quantile(1.0 - level, nu),
+                lower=t_interval(delta, se, nu, level=1.0 - level, side="lower")[0],
+                upper=t_interval(delta, se, nu, level=1.0 - level, side="upper")[1])
 
 
 def _pair_bounds(stratum: str, a: Any, b: Any, level: float) -> dict[str, Any]:
     """The bounds of ``Δ = β_A − β_B`` at one-sided level ``level`` (see the module docstring)."""
     delta = a.beta - b.beta
     boot = a.seed_fit.exponent.bootstrap - b.seed_fit.exponent.bootstrap
-    se_a, se_b = a.ols.stderr, b.ols.stderr
-    se = math.sqrt(se_a**2 + se_b**2)
-    nu = welch_satterthwaite_dof(se_a, a.ols.n - 2, se_b, b.ols.n - 2)
     ols_delta = a.ols.beta - b.ols.beta
-    _, t_upper = t_interval(ols_delta, se, nu, level=1.0 - level, side="upper")
-    t_lower, _ = t_interval(ols_delta, se, nu, level=1.0 - level, side="lower")
+    welch = welch_difference_bounds(ols_delta, a.ols.stderr, a.ols.n - 2, b.ols.stderr, b.ols.n - 2, level)
+    se, nu, t_upper, t_lower = welch["se"], welch["dof"], welch["upper"], welch["lower"]
     boot_hi, boot_lo = float(np.quantile(boot, 1.0 - level)), float(np.quantile(boot, level))
     upper, lower = max(boot_hi, t_upper), min(boot_lo, t_lower)
     return dict(stratum=stratum, delta=delta, ols_delta=ols_delta, upper=upper, lower=lower,

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 from scipy import optimize
 
-from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
+from transformer_limits.verify.rate.claims import RateClaim, parse_rate_claim
 from transformer_limits.verify.stats.estimate import Estimate
 from transformer_limits.verify.stats.fit_quality import FitQuality, fit_quality
 from transformer_limits.verify.stats.intervals import Side

@@ -364,7 +364,7 @@ def _flows(log10_value: float) -> str:
 
 
 def check_claim_range(data: RateData, claim: Any) -> None:
-    """Refuse a claim (a :class:`~transformer_limits.verify.rate_claims.RateClaim`) whose fit would
+    """Refuse a claim (a :class:`~transformer_limits.verify.rate.claims.RateClaim`) whose fit would
     leave float64's range on ``data``.  At every point, each term must be within [:data:`TERM_MIN`,
     :data:`TERM_MAX`] (``L^-100 H^-100`` is 1e-361 at L = H = 64), so must the term over each error
     of the point, and the term over the errors may vary by at most :data:`TERM_SPREAD_MAX` across

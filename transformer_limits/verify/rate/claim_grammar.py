@@ -1,6 +1,6 @@
 """The grammar and input limits of rate-claim strings (docs/verification.md, "Rate claims"): the
 tokeniser and recursive-descent parser behind
-:func:`~transformer_limits.verify.rate_claims.parse_rate_claim`.
+:func:`~transformer_limits.verify.rate.claims.parse_rate_claim`.
 
     claim    := term ('+' term)*
     term     := [coefficient] product

@@ -3,7 +3,7 @@
 Input: long-format data, one row per refinement point and seed: parameter columns (``L``, ``H``,
 ...), an error column and optionally a seed column.  :func:`rate_check` groups the rows into points
 ``(n_points,)`` per parameter and errors ``(n_points, n_seeds)``
-(:func:`~transformer_limits.verify.rate_data.read_rate_data`) and decides the claim with the fits
+(:func:`~transformer_limits.verify.rate.data.read_rate_data`) and decides the claim with the fits
 and verdicts of the built-in experiments (:mod:`~transformer_limits.verify.stats`,
 :mod:`~transformer_limits.verify.verdicts`):
 
@@ -47,9 +47,9 @@ import numpy as np
 
 from transformer_limits.errors import InputError
 from transformer_limits.resource_limits import check_bootstrap
-from transformer_limits.verify.rate_claim_grammar import UnknownParameterError
-from transformer_limits.verify.rate_claims import RateClaim, parse_rate_claim
-from transformer_limits.verify.rate_data import RateData, check_claim_range, level_text, read_rate_data
+from transformer_limits.verify.rate.claim_grammar import UnknownParameterError
+from transformer_limits.verify.rate.claims import RateClaim, parse_rate_claim
+from transformer_limits.verify.rate.data import RateData, check_claim_range, level_text, read_rate_data
 
 __all__ = ["MIN_LINE_LEVELS", "RateCheckResult", "rate_check"]
 
@@ -302,7 +302,7 @@ def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, 
     from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
     from transformer_limits.verify.stats.multi_term import fit_rate_claim
     from transformer_limits.verify.stats.power_law import fit_power_law
-    from transformer_limits.verify.rate_plots import RateSeries, grid_heatmap, rate_figure
+    from transformer_limits.verify.rate.plots import RateSeries, grid_heatmap, rate_figure
     from transformer_limits.verify.verdicts import Check, attach_power, bonferroni_family, fit_adequate, rate_at_least
 
     boot: dict[str, Any] = {} if n_boot is None else {"n_boot": int(n_boot)}  # only a given n_boot is passed on

@@ -34,7 +34,7 @@ Grammar (whitespace or ``*`` multiplies, ``/`` divides, ``^`` or ``**`` raises):
 
 Input limits (refused with a ``ValueError`` naming the token and position, never a ``RecursionError``
 or ``OverflowError``): the claim length, parenthesis nesting, number tokens and exponents are bounded
-as stated in :mod:`~transformer_limits.verify.rate_claim_grammar` (the tokeniser and parser).
+as stated in :mod:`~transformer_limits.verify.rate.claim_grammar` (the tokeniser and parser).
 
 ``str(claim)`` writes the canonical form (``C1 L^-1 + C2 L^-1/3 H^-1/2``), which parses back to an
 equal claim; :meth:`RateClaim.latex` writes LaTeX.
@@ -49,7 +49,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from transformer_limits.verify.rate_claim_grammar import (
+from transformer_limits.verify.rate.claim_grammar import (
     IDENT,
     MAX_ABS_EXPONENT,
     MAX_DENOMINATOR,
