@@ -74,3 +74,16 @@ def test_quick_profile_passes(name):
     assert result.status in ("pass", "inconclusive"), [str(c) for c in result.checks]
     assert all(c.power is not None for c in result.checks)
     assert result.figures and result.figures[0].png.startswith(b"\x89PNG")
+
+
+def test_sde_limit_sweep_gives_the_serial_rows_bitwise(tmp_path):
+    """One sweep point per level on 2 workers: the same numbers as the serial row functions (each row's
+    generators are keyed by level and seed, not by process)."""
+    from transformer_limits.verify.experiment import ExperimentConfig
+
+    s = dict(sde_limit.SETTINGS["quick"], L_levels=(8, 16), L_ref=32, seeds_L=3, m_levels=(8, 16), seeds_m=3)
+    grid, sup, width, seconds = sde_limit.errors_sweep(ExperimentConfig(workers=2), s)
+    g0, s0 = sde_limit.depth_errors(s, 0)
+    assert np.array_equal(grid, g0) and np.array_equal(sup, s0)
+    assert np.array_equal(width, sde_limit.width_errors(s, 0))
+    assert set(seconds) == {"depth", "width"}

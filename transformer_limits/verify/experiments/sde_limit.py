@@ -21,7 +21,6 @@ bootstrap percentile and OLS t intervals) with tolerance 0.2 for pre-asymptotic 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -36,11 +35,12 @@ from transformer_limits.numeric.sphere.transformer import SphereTransformer, uni
 from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
 from transformer_limits.verify.registry import register_experiment
-from transformer_limits.verify.running import device_backend
+from transformer_limits.verify.running import device_backend, jsonable_settings, run_points
 from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 
-__all__ = ["EXPONENT_L", "EXPONENT_M", "SETTINGS", "depth_errors", "width_errors", "run"]
+__all__ = ["EXPONENT_L", "EXPONENT_M", "SETTINGS", "depth_row", "depth_errors", "width_row", "width_errors", "evaluate_point",
+           "errors_sweep", "run"]
 
 #: the checks (two-sided, tolerance 0.2 for pre-asymptotic bias: docs/verification.md, "Declared tolerances")
 #: each must detect half the claimed rate: a mean squared error of order L^-1/2 or m^-1/2 (and the
@@ -69,37 +69,73 @@ def _model(s: dict[str, Any], L: int, m: int, **overrides) -> SphereTransformer:
     return SphereTransformer(**kw)
 
 
-def depth_errors(s: dict[str, Any], seed: int, *, model_overrides: dict | None = None,
-                 sde_overrides: dict | None = None, renormalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(grid errors, sup errors), each (n_L, seeds_L); overrides build deliberately wrong models."""
-    levels = s["L_levels"]
-    grid = np.empty((len(levels), s["seeds_L"]))
-    sup = np.empty_like(grid)
-    for i, L in enumerate(levels):
-        model = _model(s, L, s["m"], **(model_overrides or {}))
-        sde = CommonNoiseSDE.from_model(model, **(sde_overrides or {}))
-        for j in range(s["seeds_L"]):
-            rng = np.random.default_rng([seed, 1, i, j])
-            X0 = uniform_sphere(s["N"], s["d"], rng)
-            X, Xbar, sup_err = coupled_discrete_and_sde(model, sde, X0, s["L_ref"] // L, rng,
-                                                        renormalise=renormalise)
-            grid[i, j] = np.mean(np.sum((X[-1] - Xbar[-1]) ** 2, axis=1))
-            sup[i, j] = sup_err
+def depth_row(s: dict[str, Any], seed: int, i: int, *, model_overrides: dict | None = None,
+              sde_overrides: dict | None = None, renormalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(grid errors, sup errors) at depth level i, each (seeds_L,): seed j uses the generator
+    ``[seed, 1, i, j]``, so a row does not depend on which process computes it."""
+    L = s["L_levels"][i]
+    model = _model(s, L, s["m"], **(model_overrides or {}))
+    sde = CommonNoiseSDE.from_model(model, **(sde_overrides or {}))
+    grid, sup = np.empty(s["seeds_L"]), np.empty(s["seeds_L"])
+    for j in range(s["seeds_L"]):
+        rng = np.random.default_rng([seed, 1, i, j])
+        X0 = uniform_sphere(s["N"], s["d"], rng)
+        X, Xbar, sup_err = coupled_discrete_and_sde(model, sde, X0, s["L_ref"] // L, rng, renormalise=renormalise)
+        grid[j] = np.mean(np.sum((X[-1] - Xbar[-1]) ** 2, axis=1))
+        sup[j] = sup_err
     return grid, sup
 
 
-def width_errors(s: dict[str, Any], seed: int) -> np.ndarray:
-    """Mean-square distance of the width-m and m = ∞ chains at layer L_m, (n_m, seeds_m)."""
-    levels = s["m_levels"]
-    out = np.empty((len(levels), s["seeds_m"]))
-    for i, m in enumerate(levels):
-        model = _model(s, s["L_m"], m)
-        sde = CommonNoiseSDE.from_model(model)
-        for j in range(s["seeds_m"]):
-            rng = np.random.default_rng([seed, 2, i, j])
-            Xm, Xinf = coupled_width_chains(model, sde, uniform_sphere(s["N"], s["d"], rng), rng)
-            out[i, j] = np.mean(np.sum((Xm - Xinf) ** 2, axis=1))
+def depth_errors(s: dict[str, Any], seed: int, *, model_overrides: dict | None = None,
+                 sde_overrides: dict | None = None, renormalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(grid errors, sup errors), each (n_L, seeds_L), serially; overrides build deliberately wrong models."""
+    rows = [depth_row(s, seed, i, model_overrides=model_overrides, sde_overrides=sde_overrides,
+                      renormalise=renormalise) for i in range(len(s["L_levels"]))]
+    return np.array([g for g, _ in rows]), np.array([u for _, u in rows])
+
+
+def width_row(s: dict[str, Any], seed: int, i: int) -> np.ndarray:
+    """Mean-square distance of the width-m and m = ∞ chains at layer L_m at width level i, (seeds_m,);
+    seed j uses the generator ``[seed, 2, i, j]``."""
+    model = _model(s, s["L_m"], s["m_levels"][i])
+    sde = CommonNoiseSDE.from_model(model)
+    out = np.empty(s["seeds_m"])
+    for j in range(s["seeds_m"]):
+        rng = np.random.default_rng([seed, 2, i, j])
+        Xm, Xinf = coupled_width_chains(model, sde, uniform_sphere(s["N"], s["d"], rng), rng)
+        out[j] = np.mean(np.sum((Xm - Xinf) ** 2, axis=1))
     return out
+
+
+def width_errors(s: dict[str, Any], seed: int) -> np.ndarray:
+    """Mean-square distance of the width-m and m = ∞ chains at layer L_m, (n_m, seeds_m), serially."""
+    return np.array([width_row(s, seed, i) for i in range(len(s["m_levels"]))])
+
+
+def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Sweep function: one level's row, ``{"grid", "sup"}`` for ``task = "depth:i"``, ``{"width"}`` for
+    ``"width:i"`` (rows are independent: their generators are keyed by level and seed)."""
+    kind, i = point["task"].split(":")
+    s, seed = point["settings"], point["base_seed"]
+    if kind == "depth":
+        grid, sup = depth_row(s, seed, int(i))
+        return {"grid": grid.tolist(), "sup": sup.tolist()}
+    return {"width": width_row(s, seed, int(i)).tolist()}
+
+
+def errors_sweep(config: ExperimentConfig, s: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """(grid, sup, width) errors as :func:`depth_errors` and :func:`width_errors` return them, bitwise,
+    with one sweep point per level (``config.workers`` processes, resumable with ``config.store``);
+    and the summed point seconds of each family."""
+    tasks = [f"depth:{i}" for i in range(len(s["L_levels"]))] + [f"width:{i}" for i in range(len(s["m_levels"]))]
+    sweep = run_points(config, evaluate_point, {"grid": {"task": tasks},
+                                                "fixed": {"settings": jsonable_settings(s), "base_seed": config.seed}},
+                       experiment="sde-limit", version=1)
+    rows = {r.params["task"]: r for r in sweep.records}
+    depth = [rows[f"depth:{i}"].completed_result for i in range(len(s["L_levels"]))]
+    width = [rows[f"width:{i}"].completed_result["width"] for i in range(len(s["m_levels"]))]
+    seconds = {kind: sum(r.elapsed_s or 0.0 for t, r in rows.items() if t.startswith(kind)) for kind in ("depth", "width")}
+    return (np.array([d["grid"] for d in depth]), np.array([d["sup"] for d in depth]), np.array(width), seconds)
 
 
 def _table(name: str, levels, errors: np.ndarray) -> list[dict[str, Any]]:
@@ -111,11 +147,7 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     # the MLP-field backend on config.device (numpy on cpu: the run as it always was); the couplings
     # stay on the device when model and SDE share a GPU backend
     s = dict(SETTINGS[config.profile], backend=device_backend(config, MLP_FIELD, "numpy"))
-    t0 = time.perf_counter()
-    grid, sup = depth_errors(s, config.seed)
-    t_L = time.perf_counter() - t0
-    width = width_errors(s, config.seed)
-    t_m = time.perf_counter() - t0 - t_L
+    grid, sup, width, seconds = errors_sweep(config, s)
     L, m = np.array(s["L_levels"]), np.array(s["m_levels"])
     fit_L = fit_power_law({"L": L}, grid, expected=CLAIMED_EXPONENT, window="all", seed=config.seed)
     fit_sup = fit_power_law({"L": L}, sup, window="all", seed=config.seed)
@@ -139,7 +171,7 @@ def run(config: ExperimentConfig) -> ExperimentResult:
                     [RateSeries("t = T", m, width, fit_m, CLAIMED_EXPONENT)], xlabel="width m",
                     ylabel="(1/N) Σ|X^m − X^∞|²"),
     ]
-    result.provenance["seconds"] = {"depth": t_L, "width": t_m}
+    result.provenance["seconds"] = seconds
     return result
 
 
