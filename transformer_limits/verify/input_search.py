@@ -84,8 +84,8 @@ def is_worse(error: float, best: float | None) -> bool:
 
 
 def token_one_error(A: InputMap, B: InputMap, X: np.ndarray) -> float:
-    """|A(X)^1 − B(X)^1| at one input X (N, d)."""
-    return float(np.linalg.norm(A.evaluate(X)[0][0] - B.evaluate(X)[0][0]))
+    """|A(X)^1 − B(X)^1| at one input X (N, d): :func:`token_error` of token 1."""
+    return token_error(A, B, X, 0)
 
 
 def worst_token(a: np.ndarray, b: np.ndarray, token: Token) -> int:
@@ -164,21 +164,23 @@ def _random_start(N: int, d: int, start: int, radius: float, rng: np.random.Gene
                          seed=int(rng.integers(2**32)))
 
 
+def _factor(factor: int) -> int:
+    if not isinstance(factor, (int, np.integer)) or factor < 1:
+        raise ValueError(f"factor must be a positive integer, got {factor!r}")
+    return int(factor)
+
+
 def duplicate_tokens(X: np.ndarray, factor: int) -> np.ndarray:
     """Every token of X (n, d) repeated ``factor`` times in place, (factor·n, d): rows
     x^1, ..., x^1, x^2, ...; token 1 stays first, and the empirical measure is unchanged."""
-    if not isinstance(factor, (int, np.integer)) or factor < 1:
-        raise ValueError(f"factor must be a positive integer, got {factor!r}")
-    return np.repeat(np.asarray(X, dtype=np.float64), int(factor), axis=0)
+    return np.repeat(np.asarray(X, dtype=np.float64), _factor(factor), axis=0)
 
 
 def tile_tokens(X: np.ndarray, factor: int) -> np.ndarray:
     """The whole sequence X (n, d) repeated ``factor`` times, (factor·n, d): rows x^1, ..., x^n, x^1, ...;
     the first n rows are X itself (what a causal map's first n outputs depend on), and the empirical
     measure is unchanged."""
-    if not isinstance(factor, (int, np.integer)) or factor < 1:
-        raise ValueError(f"factor must be a positive integer, got {factor!r}")
-    return np.tile(np.asarray(X, dtype=np.float64), (int(factor), 1))
+    return np.tile(np.asarray(X, dtype=np.float64), (_factor(factor), 1))
 
 
 #: how the ladder's warm start enlarges the previous worst input (see the module docstring)

@@ -45,7 +45,7 @@ import numpy as np
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, Figure
 from transformer_limits.verify.experiments import token_independence as ti
-from transformer_limits.verify.experiments.attention_models import WorstInputs, models_for
+from transformer_limits.verify.experiments.attention_models import WorstInputs
 from transformer_limits.verify.input_search import check_ladder, sup_error, sup_error_ladder, ascend
 from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 from transformer_limits.verify.registry import register_experiment
@@ -64,21 +64,17 @@ SETTINGS: dict[str, dict[str, Any]] = {
 SETTINGS["full"]["N_levels"] = tuple(n for n in SETTINGS["full"]["N_levels"] if n <= 512)
 
 
-def _models(s: dict[str, Any], seed: int, j: int, counting_head: float):
-    """(models, network map A, limit map B) of seed j: the law and the head draw depend on j only."""
-    M = models_for({k: v for k, v in s.items() if k not in ("N_levels", "position_restarts")})
-    law = M.law(seed * 1000 + 900 + j)
-    A = M.iid_map(law, s["L"], s["H"], seed=int(np.random.default_rng([seed, 6, j]).integers(2**32)))
-    if counting_head:
-        A = ti.counting_head_map(A, counting_head, width=ti.COUNTING_WIDTH * s["radius"])
-    return M, A, M.limit(law)
+def _models(s: dict[str, Any], seed: int, j: int, counting_head: float, maps=None):
+    """(models, network map A, limit map B) of seed j (:func:`token_independence.seed_maps`), or
+    ``maps`` when the caller built them already."""
+    return maps if maps is not None else ti.seed_maps(s, seed, j, counting_head=counting_head)
 
 
-def causal_ladder(s: dict[str, Any], seed: int, j: int, *, counting_head: float = 0.0):
+def causal_ladder(s: dict[str, Any], seed: int, j: int, *, counting_head: float = 0.0, maps=None):
     """[(ê(N), the worst input X0 (N, d)) for N in ``N_levels``] for seed j: the max-over-tokens
     ladder (the models' search options: ``token="max"``, ``layout="tile"``), monotone in N."""
     levels = check_ladder(s["N_levels"])
-    M, A, B = _models(s, seed, j, counting_head)
+    M, A, B = _models(s, seed, j, counting_head, maps)
     rngs = [np.random.default_rng([seed, 7, i, j]) for i in range(len(levels))]
     return sup_error_ladder(A, B, levels, s["d"], radius=s["radius"], rngs=rngs, restarts=s["restarts"],
                             iterations=s["iterations"], lr=s["ascent_lr"], bottom_restarts=s["bottom_restarts"],
@@ -86,10 +82,10 @@ def causal_ladder(s: dict[str, Any], seed: int, j: int, *, counting_head: float 
 
 
 def position_sups(s: dict[str, Any], seed: int, j: int, warm: list[np.ndarray], *,
-                  counting_head: float = 0.0) -> list[float]:
+                  counting_head: float = 0.0, maps=None) -> list[float]:
     """f(n) = sup over n-token inputs of the last token's error, for n in (1, N_levels...): ascent of
     token −1 from ``position_restarts`` random starts and, for n = N_levels[i], from ``warm[i]``."""
-    _, A, B = _models(s, seed, j, counting_head)
+    _, A, B = _models(s, seed, j, counting_head, maps)
     out = []
     for i, n in enumerate((1, *s["N_levels"])):
         kw = dict(radius=s["radius"], iterations=s["iterations"], lr=s["ascent_lr"], token=-1)
@@ -101,9 +97,10 @@ def position_sups(s: dict[str, Any], seed: int, j: int, warm: list[np.ndarray], 
     return out
 
 
-def token_profile(s: dict[str, Any], seed: int, j: int, X: np.ndarray, *, counting_head: float = 0.0) -> list[float]:
+def token_profile(s: dict[str, Any], seed: int, j: int, X: np.ndarray, *, counting_head: float = 0.0,
+                  maps=None) -> list[float]:
     """|x_L^i − X_1^i| for every token i of the input X (N, d)."""
-    _, A, B = _models(s, seed, j, counting_head)
+    _, A, B = _models(s, seed, j, counting_head, maps)
     return np.linalg.norm(A.evaluate(X)[0] - B.evaluate(X)[0], axis=1).tolist()
 
 
@@ -111,12 +108,13 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     """Sweep function: seed j's ladder, its worst inputs, the per-token error profile at each worst
     input (first, middle, last token; the worst token's index) and the position sups f(n)."""
     s, seed, j, c = point["settings"], point["base_seed"], point["j"], point["counting_head"]
-    ladder = causal_ladder(s, seed, j, counting_head=c)
-    profiles = [token_profile(s, seed, j, X, counting_head=c) for _, X in ladder]
+    maps = ti.seed_maps(s, seed, j, counting_head=c)  # once per point: every level sees the same maps
+    ladder = causal_ladder(s, seed, j, maps=maps)
+    profiles = [token_profile(s, seed, j, X, maps=maps) for _, X in ladder]
     return {"errors": [e for e, _ in ladder], "inputs": [X.tolist() for _, X in ladder],
             "worst_token": [int(np.argmax(p)) for p in profiles],
             "profile": [[p[0], p[len(p) // 2 - 1] if len(p) > 1 else p[0], p[-1]] for p in profiles],
-            "position_sups": position_sups(s, seed, j, [X for _, X in ladder], counting_head=c)}
+            "position_sups": position_sups(s, seed, j, [X for _, X in ladder], maps=maps)}
 
 
 def runtime_settings(config: ExperimentConfig, settings: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -44,7 +44,6 @@ from typing import Callable
 
 import mpmath
 import numpy as np
-from scipy import stats
 
 from transformer_limits.symbolic.synchronization_phase import (
     critical_scale,
@@ -63,6 +62,7 @@ from transformer_limits.verify.experiments.lyapunov import simulate_point
 from transformer_limits.verify.figures import figure_png
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.running import run_points
+from transformer_limits.verify.stats.intervals import t_quantile
 from transformer_limits.verify.stats.power import bound_power
 from transformer_limits.verify.verdicts import Check, attach_power, bonferroni_family
 
@@ -182,7 +182,7 @@ def phase_sign_check(estimates, standard_errors, predicted, labels, alpha: float
     with the (1 − α/n) bound on the predicted side (module docstring); power against the mirror image."""
     n = len(predicted)
     # critical value: Student t with ``dof`` degrees of freedom (SE from ``dof + 1`` batches), else normal
-    z = float(stats.t.isf(alpha / n, dof) if dof else stats.norm.isf(alpha / n))
+    z = t_quantile(1.0 - alpha / n, dof or math.inf)
     members = []
     for est, se, lb in zip(estimates, standard_errors, predicted):
         if lb > 0:  # predicted growth: contradicted when the upper bound is below 0

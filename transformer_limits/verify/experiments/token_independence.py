@@ -54,7 +54,7 @@ from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 from transformer_limits.verify.wrong_models import counting_head_map
 
-__all__ = ["SETTINGS", "COUNTING_WIDTH", "token_ladder", "token_errors", "evaluate_point", "token_errors_sweep",
+__all__ = ["SETTINGS", "COUNTING_WIDTH", "seed_maps", "token_ladder", "token_errors", "evaluate_point", "token_errors_sweep",
            "run"]
 
 #: the check (two-sided slope_zero of the exponent of log N)
@@ -78,8 +78,24 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
+#: settings that shape the ladder, not the models (kept out of the models' cache key)
+_LADDER_ONLY = ("N_levels", "position_restarts")
+
+
 def _ladder_settings(s: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in s.items() if k != "N_levels"}
+    return {k: v for k, v in s.items() if k not in _LADDER_ONLY}
+
+
+def seed_maps(s: dict[str, Any], seed: int, j: int, *, counting_head: float = 0.0):
+    """(models, network map A, limit map B) of seed j: the head law and the head draw depend on j only
+    (not on N), so every level of the ladder sees the same two maps.  ``counting_head`` c > 0 adds the
+    deliberately wrong counting head of :func:`~transformer_limits.verify.wrong_models.counting_head_map`."""
+    M = models_for(_ladder_settings(s))
+    law = M.law(seed * 1000 + 900 + j)
+    A = M.iid_map(law, s["L"], s["H"], seed=int(np.random.default_rng([seed, 6, j]).integers(2**32)))
+    if counting_head:
+        A = counting_head_map(A, counting_head, width=COUNTING_WIDTH * s["radius"])
+    return M, A, M.limit(law)
 
 
 def token_ladder(s: dict[str, Any], seed: int, j: int, *, counting_head: float = 0.0) -> list[Sup]:
@@ -89,13 +105,9 @@ def token_ladder(s: dict[str, Any], seed: int, j: int, *, counting_head: float =
     deliberately wrong un-normalised counting head of
     :func:`~transformer_limits.verify.wrong_models.counting_head_map` to the discrete model."""
     levels = check_ladder(s["N_levels"])
-    M = models_for(_ladder_settings(s))
-    law = M.law(seed * 1000 + 900 + j)
-    A = M.iid_map(law, s["L"], s["H"], seed=int(np.random.default_rng([seed, 6, j]).integers(2**32)))
-    if counting_head:
-        A = counting_head_map(A, counting_head, width=COUNTING_WIDTH * s["radius"])
+    _, A, B = seed_maps(s, seed, j, counting_head=counting_head)
     rngs = [np.random.default_rng([seed, 7, i, j]) for i in range(len(levels))]
-    return sup_error_ladder(A, M.limit(law), levels, s["d"], radius=s["radius"], rngs=rngs,
+    return sup_error_ladder(A, B, levels, s["d"], radius=s["radius"], rngs=rngs,
                             restarts=s["restarts"], iterations=s["iterations"], lr=s["ascent_lr"],
                             bottom_restarts=s["bottom_restarts"], jitter=s["jitter"],
                             warm_start=s.get("warm_start", True))
