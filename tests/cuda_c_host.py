@@ -20,7 +20,7 @@ source that does, so this stays true or the tests say so.  Such a kernel can run
 
 :func:`fake_cupy` is a module that stands in for ``cupy`` (:func:`host_cupy` puts it in ``sys.modules``
 and makes the backend probe see it), so the package's own loader (``kernel_family.load_source``:
-``cupy.RawModule(code=cuda_c_program(source, precision), ...)``) and runners (``DeviceArrays.launch``,
+``cupy.RawModule(code=cuda_c_program(source, precision), ...)``) and runners (``Runtime.call``,
 ``c_arguments``, the 2-D pair launches of the attention kernels, the layer's batched launches) run
 unchanged.  Device arrays are :class:`DeviceArray`, NumPy arrays in emulated device memory:
 

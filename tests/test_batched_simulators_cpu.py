@@ -1,8 +1,8 @@
 """The CPU paths of the batched simulators, in the default test run (no CUDA simulator needed).
 
-The device files (tests/test_sphere_device.py, tests/test_transformer_device.py,
-tests/test_mean_field_device.py) are marked ``cudasim`` and deselected by default; the CPU tests that
-lived there are here, with equivalents for what they only checked against the simulator:
+The device tests (``cudasim``-marked tests in tests/test_sphere_runs.py, tests/test_transformer_model.py,
+tests/test_mean_field.py) are deselected by default; the CPU tests of the batched paths are here, with
+equivalents for what the device tests only check against the simulator:
 
 * paper B (docs/theory.md §B.1, §B.3): ``CommonNoiseSDE.simulate_batch`` is the loop of ``simulate``
   over (X0s[b], seeds[b]) — on numpy/numba in float64 (host loop) and on numpy in float32 (the batched
@@ -32,7 +32,7 @@ from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample
 from transformer_limits.numeric.attention.mean_field import HeadLaw, MeanFieldLimit
 from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params
 from transformer_limits.numeric.backends import REGISTRY
-from transformer_limits.numeric.sphere import device_runs
+from transformer_limits.numeric.sphere import loops
 from transformer_limits.numeric.sphere.common_noise_sde import (
     CommonNoiseSDE,
     coupled_discrete_and_sde,
@@ -90,7 +90,7 @@ def test_float32_simulate_batch_is_the_batched_array_path_of_each_run(monkeypatc
     run of (X0s[b], seeds[b]) and the float64 host loop to 1e-4.  ``one_launch=False`` forces the
     per-run kernel matrices (the branch above ONE_LAUNCH_BYTES)."""
     if not one_launch:
-        monkeypatch.setattr(device_runs, "ONE_LAUNCH_BYTES", 1)
+        monkeypatch.setattr(loops, "ONE_LAUNCH_BYTES", 1)
     X0s = np.stack([_points(5, 10 + k) for k in range(3)])
     seeds = [3, 4, 5]
     f32 = _sde("numpy", activation, precision="float32")

@@ -136,3 +136,17 @@ def test_a_check_the_run_decided_itself_is_kept_not_decided_twice():
     own = Check("first", "mine", None, 0.0, (0.0, 0.0), True, {"alpha": 0.01}, "")
     checks = decide_declared(SPECS, {"first": _fit(-0.25)}, [own])
     assert checks == [own]  # the run's own verdict, once; the estimate is not decided again
+
+
+def test_a_family_states_the_member_claim_it_is_given():
+    fits = {"d=2": _fit(-0.6, 1), "d=3": _fit(-0.55, 2)}
+    spec = CheckSpec("exponent_N", verdict="rate_at_least", family="bonferroni", claimed=-0.5, alpha=0.02,
+                     alternative=-0.25)
+    plain = spec.decide(fits)
+    named = spec.decide(fits, claim="family", member_claim="L^-1/2 (slowest term)")
+    assert {m["claim"] for m in named.statistics["members"].values()} == {"L^-1/2 (slowest term)"}
+    assert {m["claim"] for m in plain.statistics["members"].values()} == {"err ~ L^-0.5"}
+    # only the words differ: the decision and its numbers are the same
+    for a, b in zip(plain.statistics["members"].values(), named.statistics["members"].values()):
+        assert (a["measured"], a["ci"], a["passed"], a["power"]) == (b["measured"], b["ci"], b["passed"], b["power"])
+    assert named.claim == "family" and (named.passed, named.ci, named.power) == (plain.passed, plain.ci, plain.power)

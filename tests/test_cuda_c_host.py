@@ -3,7 +3,7 @@
 Without a GPU the ``cuda-c`` sources were only compiled (tests/test_cuda_c_precision.py); here they
 run.  ``host_cupy()`` puts a host emulation of CuPy in ``sys.modules``: the package's own loader
 compiles ``cuda_c_program(source, precision)`` (g++ instead of NVRTC) and its own runners launch the
-kernels (``DeviceArrays.launch`` and ``c_arguments``, the 2-D pair launches of the attention kernels,
+kernels (``Runtime.call`` and ``c_arguments``, the 2-D pair launches of the attention kernels,
 the layer's and the batched transformer's launches), so the launch arithmetic and the argument
 marshalling are the real ones.  Every family in float64 (to 1e-12, norm-wise) and float32 (to 1e-5)
 against the NumPy reference, with d = 3, d_k = 2, d_v = 4 (all different), N != M, H = 2, sizes
@@ -11,7 +11,7 @@ spanning more than one block; each run is repeated with the threads in reverse o
 result: no races) and must have launched every kernel of its source.
 
 The attention, flow-jet and elementwise families run in float64 only in the package (their runners
-take no precision); their float32 runs here use the same runner with ``DeviceArrays(..., "float32")``
+take no precision); their float32 runs here use the same runner with ``Runtime(..., "float32")``
 and the float32 compile substituted.  The last tests plant faults in the generated source text (a
 d_v stride replaced by the d stride, a transposed index, an off-by-one bound, a wrong thread index, a
 batch index) and show that each is caught.
@@ -33,7 +33,7 @@ from transformer_limits.numeric.attention.layer import AttentionLayer
 from transformer_limits.numeric.attention.reference import (attention_reference, flat_reference, jacobian_reference,
                                                             lions_reference)
 from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params
-from transformer_limits.numeric.device_arrays import DeviceArrays
+from transformer_limits.numeric.runtime import Runtime
 from transformer_limits.numeric.kernel_family import (ATTENTION, ELEMENTWISE_ACTIVATION, FLOW_TAYLOR_JET, LAYER_ADJOINT,
                                                       MLP_FIELD, cuda_c_program, load_source)
 from transformer_limits.numeric.sphere.mlp_field import MLPFieldKernels
@@ -99,10 +99,10 @@ def _orders(run: Callable[[], Any]) -> Any:
 
 @contextmanager
 def _at_precision(monkeypatch: pytest.MonkeyPatch, module: Any, precision: str) -> Iterator[None]:
-    """float32: ``module``'s runner gets DeviceArrays of float32 (and its load_source the float32 compile)."""
+    """float32: ``module``'s runner gets Runtime of float32 (and its load_source the float32 compile)."""
     with monkeypatch.context() as m:
         if precision != "float64":
-            m.setattr(module, "DeviceArrays", lambda backend, *_: DeviceArrays(backend, precision))
+            m.setattr(module, "Runtime", lambda backend, *_: Runtime(backend, precision))
             if hasattr(module, "load_source"):
                 m.setattr(module, "load_source", lambda path, flavour, *_: load_source(path, flavour, precision))
         yield
@@ -228,7 +228,7 @@ def check_jet(precision: str, monkeypatch: pytest.MonkeyPatch) -> None:
                     0.7 * rng.normal(size=(DK, D)), rng.normal(size=(DV, D)))
     with monkeypatch.context() as m, record_launches() as launched:
         if precision != "float64":
-            m.setattr(flow_taylor, "DeviceArrays", lambda backend, *_: DeviceArrays(backend, precision))
+            m.setattr(flow_taylor, "Runtime", lambda backend, *_: Runtime(backend, precision))
             m.setattr(flow_taylor, "_jet_module", lambda d, d_k, d_v, backend: FLOW_TAYLOR_JET.load(
                 backend, precision=precision, d=d, d_k=d_k, d_v=d_v))
         got = _orders(lambda: flow_taylor.attention_jet(*args, backend="cupy"))
@@ -245,7 +245,7 @@ def check_elementwise(precision: str, activation: str, monkeypatch: pytest.Monke
         if precision == "float64":
             kern = elementwise.elementwise_activation(activation, "cupy")
         else:
-            m.setattr(elementwise, "DeviceArrays", lambda backend, *_: DeviceArrays(backend, precision))
+            m.setattr(elementwise, "Runtime", lambda backend, *_: Runtime(backend, precision))
             module = ELEMENTWISE_ACTIVATION.load("cupy", precision=precision, activation=activation)
             kern = elementwise.ElementwiseKernel(module, "cupy", ["x"], ["phi", "dphi"])
         got = _orders(lambda: kern(z))
@@ -380,7 +380,7 @@ def test_marshalling_is_checked_against_the_kernel_parameters(host, monkeypatch)
     float32 a Python float would reach `const real beta` as a double: the emulation refuses both, as
     a GPU would read garbage."""
     X, Qs, Ks, Vs, Os, c, _ = _layer_problem(np.random.default_rng(0), 4)
-    monkeypatch.setattr(DeviceArrays, "c_arguments", lambda self, args: tuple(args))
+    monkeypatch.setattr(Runtime, "c_arguments", lambda self, args: tuple(args))
     with pytest.raises(TypeError, match=r"forward, argument 6 \(int causal\): got a bool scalar"):
         AttentionLayer(D, DK, DV, backend="cupy").field(X, Qs, Ks, Vs, Os, c)
     with pytest.raises(TypeError, match=r"argument 5 \(real beta\): got a float64 scalar"):

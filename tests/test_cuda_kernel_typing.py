@@ -14,7 +14,7 @@ import pytest
 from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
 from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params
 from transformer_limits.numeric.backends import REGISTRY
-from transformer_limits.numeric.device_arrays import DeviceArrays
+from transformer_limits.numeric.runtime import Runtime
 from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE
 from transformer_limits.numeric.sphere.transformer import SphereTransformer, uniform_sphere
 
@@ -38,15 +38,15 @@ def _njit_module(path: str) -> dict:
 def launches(monkeypatch):
     """Every python-cuda launch of the block: (source file, kernel name, arguments)."""
     seen: list[tuple[str, str, tuple]] = []
-    original = DeviceArrays.launch
+    original = Runtime.call
 
-    def record(self, module, name, threads, *args):
-        if self.flavour == "python-cuda" and threads > 0:
+    def record(self, module, name, threads, *args, **kwargs):
+        if self.flavour.launch == "grid" and np.all(np.asarray(threads) > 0):
             seen.append((module.__file__, name, tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a
                                                       for a in args)))
-        return original(self, module, name, threads, *args)
+        return original(self, module, name, threads, *args, **kwargs)
 
-    monkeypatch.setattr(DeviceArrays, "launch", record)
+    monkeypatch.setattr(Runtime, "call", record)
     return seen
 
 

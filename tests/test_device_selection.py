@@ -14,17 +14,19 @@ import pytest
 from transformer_limits.cli import main
 from transformer_limits.errors import InputError
 from transformer_limits.numeric import backends
-from transformer_limits.numeric.devices import (DEVICES, backend_for, choose_backend, cuda_backends,
+from transformer_limits.numeric import devices
+from transformer_limits.numeric.devices import (DEVICES, RunTarget, backend_for, choose_backend, cuda_backends,
                                                 resolve_device)
+from transformer_limits.numeric.flavours import CUDA_C, PYTHON_NUMPY
 from transformer_limits.numeric.kernel_family import ATTENTION, FLOW_TAYLOR_JET, LAYER_ADJOINT, KernelFamily
 from transformer_limits.verify import registry
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
-from transformer_limits.verify.running import device_backend, run_experiment
+from transformer_limits.verify.running import run_experiment
 from transformer_limits.verify.verdicts import Check
 
 #: a family with only NumPy and CUDA C sources (no Numba flavour): cpu -> numpy, cuda -> cupy
-NUMPY_AND_CUDA_C = KernelFamily("test-numpy-cuda-c", "the test kernels", ("d",),
-                                {"python-numpy": ".py", "cuda-c": ".cu"}, "nowhere:nothing")
+NUMPY_AND_CUDA_C = KernelFamily("test-numpy-cuda-c", "the test kernels", ("d",), (PYTHON_NUMPY, CUDA_C),
+                                "nowhere:nothing")
 
 
 def _cuda_unusable() -> bool:
@@ -120,8 +122,8 @@ def test_a_family_is_named_or_given_and_cuda_without_gpu_raises(fake_cuda):
 # ------------------------------------------------------------------------------------------ experiments
 
 
-def _experiment(run, name="device-dummy") -> Experiment:
-    return Experiment(name=name, title="device dummy", paper="A", claim="1 + 1 = 2", derivations=(),
+def _experiment(run, name="device-dummy", **declared) -> Experiment:
+    return Experiment(name=name, title="device dummy", paper="A", claim="1 + 1 = 2", derivations=(), **declared,
                       checks=("dummy_check",), run=run, profiles=("full",))
 
 
@@ -154,36 +156,83 @@ def test_run_experiment_on_cuda_without_gpu_is_input_error_and_runs_nothing():
     assert seen == []
 
 
-def test_device_backend_keeps_the_settings_backend_on_cpu_and_records_every_choice():
+#: a dummy's kernel families, by the settings key naming each one's CPU backend
+KERNELS = {"backend": LAYER_ADJOINT, "attention_backend": ATTENTION, "other_backend": NUMPY_AND_CUDA_C}
+SETTINGS = {"full": {"backend": "numba", "attention_backend": "blas", "other_backend": "numpy"}}
+
+
+def test_the_target_keeps_the_settings_backends_on_cpu_and_records_every_declared_family():
+    picked = {}
+
     def run(config):
-        assert device_backend(config, LAYER_ADJOINT, "numba") == "numba"
-        assert device_backend(config, "attention", "blas") == "blas"  # the caller's CPU choice, untouched
+        picked.update({f.name: config.target.backend(f) for f in KERNELS.values()})
+        with pytest.raises(ValueError, match="family 'flow-taylor-jet' is not part of this run target"):
+            config.target.backend(FLOW_TAYLOR_JET)  # an undeclared family is refused, not resolved on the side
         return _passing(config)
 
-    result = run_experiment(_experiment(run), ExperimentConfig())
-    assert result.provenance["backends"]["attention-adjoint"]["backend"] == "numba"
-    assert result.provenance["backends"]["attention"]["backend"] == "blas"
+    result = run_experiment(_experiment(run, kernels=KERNELS, settings=SETTINGS), ExperimentConfig(profile="full"))
+    assert picked == {"attention-adjoint": "numba", "attention": "blas", "test-numpy-cuda-c": "numpy"}
+    assert {k: v["backend"] for k, v in result.provenance["backends"].items()} == picked
     assert not any(n.startswith("device") for n in result.notes)
     with pytest.raises(ValueError, match="cpu_backend must be a CPU backend"):
-        device_backend(ExperimentConfig(), ATTENTION, "cupy")
+        RunTarget.resolve("cpu").with_kernels({ATTENTION: "cupy"})
+    with pytest.raises(ValueError, match="kernels names the setting 'backend'"):
+        _experiment(run, kernels={"backend": ATTENTION}, settings={"full": {}})
 
 
-def test_device_backend_on_cuda_takes_the_gpu_flavour_or_notes_the_cpu_fallback(fake_cuda):
+def test_on_cuda_the_target_takes_the_gpu_flavour_or_notes_the_cpu_fallback(fake_cuda):
     fake_cuda("numba-cuda")
     picked = {}
 
     def run(config):
-        picked["attention"] = device_backend(config, ATTENTION, "numba")
-        picked["adjoint"] = device_backend(config, LAYER_ADJOINT, "numba")
-        picked["no-gpu-flavour"] = device_backend(config, NUMPY_AND_CUDA_C, "numpy")  # cupy unusable
+        picked.update({f.name: config.target.backend(f) for f in KERNELS.values()})
         return _passing(config)
 
-    result = run_experiment(_experiment(run), ExperimentConfig(device="cuda"))
-    assert picked == {"attention": "numba-cuda", "adjoint": "numba-cuda", "no-gpu-flavour": "numpy"}
+    result = run_experiment(_experiment(run, kernels=KERNELS, settings=SETTINGS),
+                            ExperimentConfig(profile="full", device="cuda"))
+    assert picked == {"attention-adjoint": "numba-cuda", "attention": "numba-cuda", "test-numpy-cuda-c": "numpy"}
     assert result.provenance["device"] == "cuda"
     assert result.provenance["backends"]["attention"]["backend"] == "numba-cuda"
     notes = [n for n in result.notes if n.startswith("device cuda")]
     assert len(notes) == 1 and NUMPY_AND_CUDA_C.title in notes[0] and "on the CPU" in notes[0]
+
+
+def test_a_run_resolves_its_device_once_and_passes_a_frozen_target_down(monkeypatch):
+    """One resolve_device per run (the CLI's target is reused), a frozen, picklable target in the config
+    (sweep workers get it with the settings, never resolve again)."""
+    import dataclasses
+    import pickle
+
+    calls = []
+    real = devices.resolve_device
+    monkeypatch.setattr(devices, "resolve_device", lambda device="cpu": calls.append(device) or real(device))
+    seen = []
+    exp = _experiment(lambda config: seen.append(config) or _passing(config), kernels=KERNELS, settings=SETTINGS)
+    run_experiment(exp, ExperimentConfig(profile="full", device="auto"))
+    assert calls == ["auto"]
+    target = RunTarget.resolve("cpu")
+    assert len(calls) == 2
+    run_experiment(exp, ExperimentConfig(profile="full", target=target))  # resolved by the caller: not again
+    assert len(calls) == 2 and seen[-1].target.device == "cpu" and seen[-1].target.backend(ATTENTION) == "blas"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        seen[-1].target.device = "cuda"  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(seen[-1].target)) == seen[-1].target
+
+
+def test_the_package_resolves_a_device_in_one_place():
+    """resolve_device is called by RunTarget.resolve only (the issue's "one call site")."""
+    import ast
+    from pathlib import Path
+
+    import transformer_limits
+
+    root = Path(transformer_limits.__file__).parent
+    sites = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "resolve_device":
+                sites.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert len(sites) == 1 and sites[0].startswith("numeric/devices.py"), sites
 
 
 class _Stop(Exception):
@@ -227,6 +276,7 @@ def test_on_cuda_the_experiments_use_the_device_backend_of_their_family(monkeypa
         with pytest.raises(_Stop):
             mod.run(ExperimentConfig(device="cuda"))
         expected = choose_backend("cuda", family, cpu_backend=mod.SETTINGS["quick"]["backend"]).backend
+        assert mod.KERNELS == {"backend": family}
         assert captured["backend"] == expected
         assert {k: v for k, v in captured.items() if k != "backend"} == \
             {k: v for k, v in mod.SETTINGS["quick"].items() if k != "backend"}

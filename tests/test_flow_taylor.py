@@ -27,7 +27,7 @@ from transformer_limits.numeric.attention.flow_taylor import (
     random_flow_instance,
     reference_flow,
     second_variation,
-    _jet_module,
+    attention_jet,
 )
 from transformer_limits.verify.taylor import flow_taylor_remainder_rates
 from transformer_limits.symbolic.derivation import list_derivations
@@ -72,9 +72,8 @@ def test_variations_against_jet_and_finite_differences():
     heads = frozen_heads(params)
     v = rng.standard_normal(X.shape)
     # first path derivative of the generated jet == Jacobian + Lions kernels (independent pieces)
-    jet = _jet_module(*heads.shapes).jet
     w = np.full(4, 0.25)
-    A1 = sum(wa * jet(X, v, X, v, w, heads.Q[a], heads.K[a], heads.V[a])[1] @ heads.O[a].T
+    A1 = sum(wa * attention_jet(X, v, X, v, w, heads.Q[a], heads.K[a], heads.V[a])[1] @ heads.O[a].T
              for a, wa in enumerate(heads.weights))
     np.testing.assert_allclose(A1, first_variation(X, params, v), rtol=1e-12, atol=1e-13)
     # second variation == central second difference of the field along X + s v

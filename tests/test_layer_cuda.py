@@ -106,7 +106,7 @@ def test_gpu_sources_come_from_the_same_sympy_blocks_and_leave_numba_alone():
     the CUDA flavours use the plain exp (no fast_exp); the python-numba source keeps its njit kernels."""
     names = {f: adjoint_kernel_source(D, DK, DV, f) for f in LAYER_ADJOINT.flavours}
     for flavour, (filename, text) in names.items():
-        assert filename.endswith(LAYER_ADJOINT.flavours[flavour])
+        assert filename.endswith(LAYER_ADJOINT.flavours[flavour].suffix)
         for out in ("sbar = p*(", "xj_2 = ", "xl_2 = ", "g_1 = ", "o_2 = "):
             assert out in text, (flavour, out)
     assert "numba.njit" in names["python-numba"][1] and "cuda.jit" not in names["python-numba"][1]
@@ -138,13 +138,13 @@ def test_cuda_c_layer_kernels_compile_with_nvcc(tmp_path, precision):
 
 def _batched_kernels(X, Qs, Ks, Vs, Os, c, PC, base, *, causal, lions, beta):
     """Run the six kernels directly on a batch (X, PC, base (B, N, d); Qs.. (PB, H, ...); c (B, H))."""
-    from transformer_limits.numeric.device_arrays import DeviceArrays
+    from transformer_limits.numeric.runtime import Runtime
     from transformer_limits.numeric.attention.layer import DeviceCache
 
     B, N, d = X.shape
     PB, H, d_k = Qs.shape[:3]
     layer = AttentionLayer(d, d_k, Vs.shape[2], causal=causal, temperature=1 / beta, backend="numba-cuda-sim")
-    dev = DeviceArrays("numba-cuda-sim")
+    dev = Runtime("numba-cuda-sim")
     flat = lambda a: dev.put(a.reshape((-1,) + a.shape[2:]))  # noqa: E731
     dX, dPC, dbase = (dev.put(a.reshape(B * N, d)) for a in (X, PC, base))
     params, dc = [flat(a) for a in (Qs, Ks, Vs, Os)], dev.put(c.reshape(-1))

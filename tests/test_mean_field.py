@@ -1,5 +1,6 @@
 """Paper-A mean-field limit: discrete -> RK4 MV-ODE at rate 1/L, adjoint and gradients, heads,
-quadrature error estimates, AdamW training in the limit, and the wrong 1/sqrt(H) model."""
+quadrature error estimates, AdamW training in the limit, and the wrong 1/sqrt(H) model; the one RK4
+loop on the host runtime and on a device runtime (Numba's CUDA simulator, tests marked ``cudasim``)."""
 
 from __future__ import annotations
 
@@ -336,3 +337,217 @@ def test_train_adamw_steps_are_adamw_or_blockwise_adamw(blockwise):
         for step in (1, 2):
             theta = theta * (1 - lr * wd) - lr * g[k] / denom
             np.testing.assert_allclose(hist.laws[step].params[k], theta, rtol=1e-12, atol=1e-14)
+
+
+# ============================================================================ one loop, host and device
+# The forward and adjoint RK4 loops are written once against a Runtime; on ``numba-cuda-sim`` (switched
+# on by tests/conftest.py where there is no NVIDIA device) they run on the simulator's device arrays:
+#
+#     dX^i/dt = sum_a w_a O_a sum_j P^a_ij V_a X^j,  P^a_ij = softmax_j(beta <Q_a X^i, K_a X^j>)  (theta_a(t)),
+#
+# integrated by RK4 on [0, 1], with the backward RK4 of (X, P, node gradients) for the adjoint.  The
+# whole integration stays on the device: the results equal the blas backend (and the host loop on the
+# same backend, bit for bit), the number of host <-> device copies does not depend on the number of
+# steps, repeated runs are identical, and a batch of inputs equals each input alone.  Tiny sizes
+# (N = 4, d = 3, two atoms).
+
+from transformer_limits.numeric.attention import mean_field as mean_field_module  # noqa: E402
+from transformer_limits.numeric.backends import REGISTRY  # noqa: E402
+from transformer_limits.numeric.runtime import count_transfers  # noqa: E402
+
+# the RK4 transcription is shared with the CPU tests (same temperature 0.7; one copy)
+from test_batched_simulators_cpu import _transcribed_forward  # noqa: E402
+
+SIM = REGISTRY["numba-cuda-sim"]
+needs_sim = pytest.mark.skipif(not SIM.available, reason=f"numba-cuda-sim unavailable: {SIM.reason}")
+on_the_simulator = [pytest.mark.cudasim, needs_sim]  # .ci/run's cudasim step
+SD, SDK, SDV, SN, SA, STEMP = 3, 2, 2, 4, 2, 0.7
+
+
+def _sim_setup(seed, n_nodes=3):
+    law = HeadLaw.random(n_nodes, SA, SD, SDK, SDV, seed=seed, gain=1.5, weights=[0.3, 0.7])
+    X0 = sample_tokens(SN, SD, domain="ball", seed=seed + 100)
+    return law, X0, SquaredErrorLoss(target_map(X0, seed=seed + 200))
+
+
+def _mf(backend, causal, **kw):
+    return MeanFieldLimit(SD, SDK, SDV, causal=causal, temperature=STEMP, backend=backend, **kw)
+
+
+def _rel(a, b):
+    return np.abs(a - b).max() / max(np.abs(b).max(), 1e-300)
+
+
+@pytest.fixture(scope="module")
+def device_run():
+    """loss_and_grad on the device (non-causal, 2 steps), run once for the tests below."""
+    law, X0, loss = _sim_setup(0)
+    mf = _mf("numba-cuda-sim", False)
+    assert mf.on_device
+    return law, X0, loss, mf.loss_and_grad(X0, law, loss, 2)
+
+
+def _assert_equals_blas(X0, law, loss, steps, causal, result):
+    """Trajectory, J, P_0 and node gradients of ``result`` (a loss_and_grad) equal the blas backend to
+    1e-12 (relative); the blas forward equals the transcription above."""
+    J, G, P0, fwd = result
+    Jb, Gb, P0b, fwdb = _mf("blas", causal).loss_and_grad(X0, law, loss, steps)
+    assert _rel(fwdb.final, _transcribed_forward(X0, law, steps, causal)) < 1e-12
+    assert fwd.trajectory.shape == (steps + 1, SN, SD) and np.array_equal(fwd.final, fwd.trajectory[-1])
+    assert _rel(fwd.trajectory, fwdb.trajectory) < 1e-12
+    assert abs(J - Jb) <= 1e-12 * abs(Jb)
+    assert _rel(P0, P0b) < 1e-12
+    assert set(G) == set(Gb)
+    for k in G:
+        assert G[k].shape == law.params[k].shape and _rel(G[k], Gb[k]) < 1e-12, k
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("backend", ["numba", pytest.param("numba-cuda-sim", marks=on_the_simulator)])
+def test_one_rk4_loop_runs_on_the_runtime_of_the_backend(monkeypatch, backend, causal):
+    """The forward and adjoint RK4 loops are the same code on every backend: every field evaluation of a
+    run takes and returns arrays of one runtime -- the host's for numba, the simulator's device arrays
+    for numba-cuda-sim -- and the results agree with the transcribed RK4 (forward) and with the blas
+    backend (J, P_0, node gradients) to 1e-12."""
+    seen = []
+    field = mean_field_module._LawOnRuntime.field
+
+    def spy(self, t, X):
+        F = field(self, t, X)
+        seen.append((self.rt.storage, type(X), type(F)))
+        return F
+
+    monkeypatch.setattr(mean_field_module._LawOnRuntime, "field", spy)
+    law, X0, loss = _sim_setup(4)
+    mf = _mf(backend, causal)
+    result = mf.loss_and_grad(X0, law, loss, 4)
+    storage = "simulator" if backend == "numba-cuda-sim" else "host"
+    assert mf.on_device == (storage == "simulator")
+    assert len(seen) == 2 * 4 * 4  # forward and adjoint: 4 stages per step
+    assert set(seen) == {(storage, np.ndarray, np.ndarray)}
+    _assert_equals_blas(X0, law, loss, 4, causal, result)
+
+
+@pytest.mark.cudasim
+@needs_sim
+def test_host_and_device_runtimes_give_the_same_trajectory():
+    """The loop on the host runtime (numba: generated CPU kernels) and on the simulator's runtime: the
+    same forward trajectories of a batch and the same adjoint to 1e-12."""
+    law, X0, loss = _sim_setup(5)
+    X0s = np.stack([X0, sample_tokens(SN, SD, domain="ball", seed=6)])
+    host, dev = _mf("numba", True), _mf("numba-cuda-sim", True)
+    assert not host.on_device and dev.on_device
+    assert _rel(dev.forward_batch(X0s, law, 2), host.forward_batch(X0s, law, 2)) < 1e-12
+    X1 = host.forward(X0, law, 2).final
+    P1 = SN * loss.grad(X1)
+    (Xh, Ph, Gh), (Xd, Pd, Gd) = (m.adjoint(X1, P1, law, 2) for m in (host, dev))
+    assert _rel(Xd, Xh) < 1e-12 and _rel(Pd, Ph) < 1e-12
+    for k in Gh:
+        assert _rel(Gd[k], Gh[k]) < 1e-12, k
+
+
+@pytest.mark.cudasim
+@needs_sim
+def test_device_loss_and_grad_equals_blas(device_run):
+    """Non-causal, 2 steps on 2 node segments; the adjoint's reconstructed X_0 too."""
+    law, X0, loss, result = device_run
+    _assert_equals_blas(X0, law, loss, 2, False, result)
+    X1, P1 = result[3].final, SN * loss.grad(result[3].final)
+    X0_dev, _, _ = _mf("numba-cuda-sim", False).adjoint(X1, P1, law, 2)
+    assert _rel(X0_dev, _mf("blas", False).adjoint(X1, P1, law, 2)[0]) < 1e-12
+
+
+@pytest.mark.cudasim
+@needs_sim
+def test_causal_device_run_equals_blas_and_transfers_do_not_grow_with_steps():
+    """Copies of a forward + adjoint run: the law's stacked stage parameters (4), atom weights, X0 in
+    (forward); the stage parameters (4), atom weights, hat weights, X1, P1 in (adjoint); the trajectory,
+    X_0, P_0 and 4 gradients out -- whatever the step count.  The 3-step causal run equals blas."""
+    law, X0, loss = _sim_setup(1, n_nodes=2)  # one segment: any step count
+    mf = _mf("numba-cuda-sim", True)
+    counts = []
+    for steps in (1, 3):
+        with count_transfers() as log:
+            result = mf.loss_and_grad(X0, law, loss, steps)
+        counts.append((log.to_device, log.to_host))
+    assert counts == [(14, 7), (14, 7)]
+    _assert_equals_blas(X0, law, loss, 3, True, result)
+
+
+@pytest.mark.cudasim
+@needs_sim
+def test_device_equals_host_loop_bit_for_bit_and_is_deterministic(device_run):
+    """The same loop on the device runtime and on the host runtime (``resident=False``: the layer's host
+    API, which runs the same simulator kernels per call): the same bits, and the same bits when run
+    again."""
+    law, X0, loss, (J, G, P0, fwd) = device_run
+    host = _mf("numba-cuda-sim", False, resident=False)
+    assert not host.on_device
+    Jh, Gh, P0h, fwdh = host.loss_and_grad(X0, law, loss, 2)
+    J2, G2, P02, fwd2 = _mf("numba-cuda-sim", False).loss_and_grad(X0, law, loss, 2)
+    for other in ((Jh, Gh, P0h, fwdh), (J2, G2, P02, fwd2)):
+        assert other[0] == J and np.array_equal(other[2], P0)
+        assert np.array_equal(other[3].trajectory, fwd.trajectory)
+        assert all(np.array_equal(other[1][k], G[k]) for k in G)
+
+
+@pytest.mark.cudasim
+@needs_sim
+def test_forward_batch_equals_each_input_alone():
+    """B inputs in one launch chain per RK4 stage = each input's blas forward; the CPU batch is each
+    input alone bit for bit."""
+    law, _, _ = _sim_setup(2)
+    X0s = np.stack([sample_tokens(SN, SD, domain="ball", seed=s) for s in range(3)])
+    with count_transfers() as log:
+        traj = _mf("numba-cuda-sim", False).forward_batch(X0s, law, 2)
+    assert (log.to_device, log.to_host) == (6, 1)
+    blas = _mf("blas", False)
+    loop = blas.forward_batch(X0s, law, 2)
+    assert traj.shape == loop.shape == (3, 3, SN, SD)
+    for b in range(3):
+        alone = blas.forward(X0s[b], law, 2).trajectory
+        assert np.array_equal(loop[:, b], alone)
+        assert _rel(traj[:, b], alone) < 1e-12
+
+
+@pytest.mark.parametrize("backend", ["blas", pytest.param("numba-cuda-sim", marks=on_the_simulator)])
+def test_bad_input_is_named_on_every_runtime(backend):
+    law, X0, _ = _sim_setup(3)
+    mf = _mf(backend, False)
+    with pytest.raises(ValueError, match="X0s"):
+        mf.forward_batch(X0, law, 2)  # (N, d): not a batch
+    with pytest.raises(ValueError, match="X0s"):
+        mf.forward_batch(np.zeros((0, SN, SD)), law, 2)
+    with pytest.raises(ValueError, match="X0"):
+        mf.forward(np.zeros((SN, SD + 1)), law, 2)
+    with pytest.raises(ValueError, match="P1"):
+        mf.adjoint(X0, np.zeros((SN + 1, SD)), law, 2)
+    wrong = HeadLaw.random(3, SA, SD, SDK + 1, SDV, seed=0)
+    with pytest.raises(ValueError, match=r"law.params\['Q'\]"):
+        mf.forward(X0, wrong, 2)
+    with pytest.raises(ValueError, match="steps"):
+        mf.forward(X0, law, 3)
+    assert mf.on_device == (backend == "numba-cuda-sim")  # CPU backends run the loop on the host
+
+
+def test_the_same_loop_runs_on_the_cuda_c_kernels_through_host_emulated_cupy():
+    """A third runtime: the ``cupy`` backend with CuPy emulated on the host (tests/cuda_c_host.py: the
+    CUDA C kernels compiled with g++, launched through the package's own Runtime.call).  The loop keeps
+    its state on that runtime (14 copies in, 7 out for a forward + adjoint run) and gives the blas
+    results to 1e-12, for one input and for a batch."""
+    import cuda_c_host
+
+    if cuda_c_host.compiler() is None:
+        pytest.skip("no C++ compiler (g++, c++ or clang++) on PATH for the host emulation of CUDA C")
+    law, X0, loss = _sim_setup(7)
+    X0s = np.stack([X0, sample_tokens(SN, SD, domain="ball", seed=8)])
+    blas = _mf("blas", True)
+    with cuda_c_host.host_cupy():
+        gpu = _mf("cupy", True)
+        assert gpu.on_device and gpu.layer.dev.storage == "cupy"
+        with count_transfers() as log:
+            result = gpu.loss_and_grad(X0, law, loss, 2)
+        batch = gpu.forward_batch(X0s, law, 2)
+    assert (log.to_device, log.to_host) == (14, 7)
+    _assert_equals_blas(X0, law, loss, 2, True, result)
+    assert _rel(batch, blas.forward_batch(X0s, law, 2)) < 1e-12

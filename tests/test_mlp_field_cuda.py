@@ -20,7 +20,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from transformer_limits.numeric.device_arrays import count_transfers
+from transformer_limits.numeric.runtime import count_transfers
 from transformer_limits.numeric.kernel_family import MLP_FIELD, cuda_c_program
 from transformer_limits.numeric.sphere.mlp_field import MLP_BACKENDS, mlp_field_kernels
 from transformer_limits.symbolic.mlp_field_kernels import mlp_field_kernel_source

@@ -20,7 +20,7 @@ from transformer_limits.numeric.kernel_family import ATTENTION, LAYER_ADJOINT, M
 from transformer_limits.numeric.precision import FLOAT32_BACKENDS, PRECISIONS, dtype_of, resolve_precision
 from transformer_limits.verify import registry
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, PrecisionError
-from transformer_limits.verify.running import device_backend, run_experiment
+from transformer_limits.verify.running import run_experiment
 from transformer_limits.verify.verdicts import Check
 
 
@@ -43,10 +43,10 @@ def _probe(config: ExperimentConfig) -> PrecisionError:
     return PrecisionError.between("the partial sums H_k", _simulate("float32"), _simulate("float64"))
 
 
-def _experiment(precisions=("float64", "float32"), probe=_probe, run=_run) -> Experiment:
+def _experiment(precisions=("float64", "float32"), probe=_probe, run=_run, **declared) -> Experiment:
     return Experiment(name="precision-dummy", title="dummy", paper="A", claim="H_2000 > 8", derivations=(),
                       checks=("harmonic",), run=run, profiles=("full",), precisions=precisions,
-                      precision_probe=probe)
+                      precision_probe=probe, **declared)
 
 
 # ------------------------------------------------------------------ values and errors
@@ -151,13 +151,16 @@ def test_a_bad_precision_argument_is_input_error_and_runs_nothing():
     assert seen == []
 
 
-def test_device_backend_follows_the_configs_precision():
+def test_the_run_targets_backends_follow_the_runs_precision():
     def run(config):
-        config_backend = device_backend(config, LAYER_ADJOINT, "numba")
+        config_backend = config.target.backend(LAYER_ADJOINT)
         assert config_backend == ("blas" if config.precision == "float32" else "numba")
         return _run(config)
 
-    result = run_experiment(_experiment(run=run), ExperimentConfig(precision="float32"))
+    declared = dict(kernels={"backend": LAYER_ADJOINT}, settings={"quick": {"backend": "numba"}})
+    result = run_experiment(_experiment(run=run, **declared), ExperimentConfig(precision="float64"))
+    assert result.provenance["backends"]["attention-adjoint"]["backend"] == "numba"
+    result = run_experiment(_experiment(run=run, **declared), ExperimentConfig(precision="float32"))
     assert result.provenance["backends"]["attention-adjoint"]["backend"] == "blas"
 
 

@@ -115,3 +115,78 @@ def test_bad_arguments_are_value_errors():
     # equal fits: Δβ = 0 exactly, neither contradicted nor established (the note says so)
     tie = beta_difference_check("d", "c", [("S", a, a)])
     assert tie.passed and not tie.statistics["supported"] and tie.note.startswith("not contradicted")
+
+
+# ------------------------------------------------------------------------------------------------
+# bootstrap_difference_bounds: the percentile bounds of a − b from two independent bootstraps
+# ------------------------------------------------------------------------------------------------
+
+
+def test_bootstrap_difference_bounds_are_the_quantiles_of_paired_replicates():
+    from transformer_limits.verify.stats.beta_difference import bootstrap_difference_bounds
+
+    rng = np.random.default_rng(21)
+    a, b = 0.4 + 0.1 * rng.standard_normal(500), -0.3 + 0.2 * rng.standard_normal(300)
+    out = bootstrap_difference_bounds(a, b, 0.05)
+    diff = a[:300] - b[:300]  # the b-th replicate of each, as far as the shorter bootstrap goes
+    assert out["n"] == 300 and np.array_equal(out["differences"], diff)
+    assert out["lower"] == np.quantile(diff, 0.05) and out["upper"] == np.quantile(diff, 0.95)
+    assert out["lower"] < out["upper"]
+
+
+def test_bootstrap_difference_bounds_a_planted_reversal_is_below_zero():
+    """b exceeds a by many bootstrap sds: the upper bound of a − b is below 0 (the claim a > b is
+    contradicted) and the lower bound of b − a is above 0."""
+    from transformer_limits.verify.stats.beta_difference import bootstrap_difference_bounds
+
+    rng = np.random.default_rng(2)
+    a, b = -2.0 + 0.05 * rng.standard_normal(400), -0.5 + 0.05 * rng.standard_normal(400)
+    assert bootstrap_difference_bounds(a, b, 0.01)["upper"] < 0 < bootstrap_difference_bounds(b, a, 0.01)["lower"]
+
+
+def test_bootstrap_difference_lower_bound_covers_with_probability_one_minus_level():
+    """Parametric bootstrap of two Gaussian estimates (replicates θ̂ + σ Z): the lower (1 − α) bound of
+    a − b covers the true difference in ≈ 1 − α of 2000 datasets (binomial sd 0.005 at α = 0.1)."""
+    from transformer_limits.verify.stats.beta_difference import bootstrap_difference_bounds
+
+    rng = np.random.default_rng(8)
+    level, sa, sb, true = 0.1, 0.2, 0.3, 0.5
+    hits = []
+    for _ in range(2000):
+        a_hat, b_hat = true + sa * rng.standard_normal(), sb * rng.standard_normal()
+        low = bootstrap_difference_bounds(a_hat + sa * rng.standard_normal(400), b_hat + sb * rng.standard_normal(400),
+                                          level)["lower"]
+        hits.append(low <= true)
+    assert abs(np.mean(hits) - (1 - level)) < 4 * math.sqrt(level * (1 - level) / 2000) + 0.01
+
+
+def test_bootstrap_difference_bounds_refuse_bad_input():
+    from transformer_limits.verify.stats.beta_difference import bootstrap_difference_bounds
+
+    with pytest.raises(ValueError, match="boot_a, boot_b"):
+        bootstrap_difference_bounds(np.array([]), np.ones(3), 0.05)
+    with pytest.raises(ValueError, match="level"):
+        bootstrap_difference_bounds(np.ones(3), np.ones(3), 0.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# welch_ordering_check: the ordering test from OLS fits alone (spectral-released)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_welch_ordering_check_is_the_welch_bound_at_alpha_over_m():
+    from transformer_limits.verify.stats.beta_difference import welch_ordering_check
+
+    a, b, c = (SimpleNamespace(beta=x, stderr=s, n=8) for x, s in ((0.8, 0.3), (0.3, 0.2), (0.5, 0.04)))
+    check = welch_ordering_check("o", "claim", [("A", "B", a, b), ("C", "B", c, b)], 0.05)
+    level = 0.05 / 2
+    for row, (x, y) in zip(check.statistics["pairs"], ((a, b), (c, b))):
+        se2 = x.stderr**2 + y.stderr**2
+        nu = se2**2 / (x.stderr**4 / 6 + y.stderr**4 / 6)
+        t = stats.t.ppf(1 - level, nu)
+        assert row["upper"] == pytest.approx(x.beta - y.beta + t * math.sqrt(se2), rel=1e-12)
+        assert row["lower_bound"] == pytest.approx(x.beta - y.beta - t * math.sqrt(se2), rel=1e-12)
+    assert check.passed and check.statistics["per_pair_level"] == level and check.ci[0] == -math.inf
+    # a planted reversal (β(B) far above β(C) with small SEs) is contradicted
+    bad = welch_ordering_check("o", "claim", [("C", "B", c, SimpleNamespace(beta=1.5, stderr=0.04, n=8))], 0.05)
+    assert not bad.passed and bad.note.startswith("contradicted") and bad.ci[1] < 0

@@ -67,3 +67,52 @@ def test_bootstrap_bound_matches_a_transcription():
                        for idx in draws])
     for k, name in ((1, "L"), (2, "H")):
         assert out[name]["bootstrap_lower"] == pytest.approx(np.quantile(slopes[:, k], 0.1), rel=1e-9)
+
+
+# ------------------------------------------------------------------------------------------------
+# ratio_bound_check: the rate_bound_holds verdict (attention-depth-width and `rate check`)
+# ------------------------------------------------------------------------------------------------
+
+
+def _noisy_ratio(s_L: float, s_H: float, seed: int, sigma: float = 0.2, seeds: int = 6) -> np.ndarray:
+    LL, HH = np.meshgrid(GRID_L, GRID_H, indexing="ij")
+    rng = np.random.default_rng(seed)
+    return (LL**s_L * HH**s_H)[:, :, None] * np.exp(sigma * rng.standard_normal((GRID_L.size, GRID_H.size, seeds)))
+
+
+def test_ratio_bound_check_is_the_trend_at_alpha_over_two_per_slope():
+    from transformer_limits.verify.stats.ratio_trend import ratio_bound_check, trend_power
+
+    ratio = _noisy_ratio(0.0, -0.1, 3)
+    check, trend = ratio_bound_check("rate_bound_holds", "c", ratio, GRID_L, GRID_H, alpha=0.02, seed=4,
+                                     alternative=0.3, alternative_text="grows", params=("D", "W"), n_boot=300)
+    want = ratio_trend(ratio, GRID_L, GRID_H, seed=4, alpha=0.01, n_boot=300)  # Bonferroni over the two slopes
+    assert trend == want and check.statistics["trend"] == want
+    assert check.statistics["slopes"] == {"D": want["L"], "W": want["H"]}
+    worst = max(("L", "H"), key=lambda k: want[k]["lower"])
+    assert check.measured == want[worst]["slope"] and check.ci == (want[worst]["lower"], np.inf)
+    assert check.passed == (want["L"]["lower"] <= 0 and want["H"]["lower"] <= 0)
+    assert check.statistics["worst_slope"] == f"s_{dict(L='D', H='W')[worst]}"
+    assert check.power == trend_power(want, 0.3)["power"] and check.alternative == "grows"
+    assert set(check.statistics["power_per_slope"]) == {"D", "W"}
+
+
+def test_ratio_bound_check_fails_a_planted_growing_ratio():
+    """r = e / claim growing like H^0.5 (heads scaled 1/√H instead of 1/H): the lower bound of s_H is > 0."""
+    from transformer_limits.verify.stats.ratio_trend import ratio_bound_check
+
+    check, trend = ratio_bound_check("rate_bound_holds", "c", _noisy_ratio(0.0, 0.5, 7, sigma=0.1), GRID_L, GRID_H,
+                                     alpha=0.01, seed=0, alternative=0.3, alternative_text="grows", n_boot=300)
+    assert not check.passed and trend["H"]["lower"] > 0 and check.statistics["worst_slope"] == "s_H"
+    assert "e / claim grows in H" in check.note and "grows in L" not in check.note
+
+
+def test_ratio_bound_check_false_failure_rate_is_at_most_alpha():
+    """A flat ratio (the bound holds with slopes 0, the boundary of the claim): 300 datasets fail in at most
+    the binomial 99.9 % quantile of α = 0.05 (≤ 27 of 300; the union of two bounds at α/2 each)."""
+    from transformer_limits.verify.stats.ratio_trend import ratio_bound_check
+
+    failed = sum(not ratio_bound_check("r", "c", _noisy_ratio(0.0, 0.0, 100 + k), GRID_L, GRID_H, alpha=0.05, seed=k,
+                                       alternative=0.3, alternative_text="grows", n_boot=200)[0].passed
+                 for k in range(300))
+    assert failed <= 27

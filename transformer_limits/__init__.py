@@ -24,6 +24,14 @@ def derivation(name, **params):
     return _derivation(name, **params)
 
 
+def derivation_values(name, **params):
+    """The numeric values of a named derivation, cached on disk; see
+    :func:`transformer_limits.symbolic.derivation_cache.derivation_values`."""
+    from transformer_limits.symbolic.derivation_cache import derivation_values as _values
+
+    return _values(name, **params)
+
+
 def list_derivations():
     """Registered derivations (name, title, parameters)."""
     from transformer_limits.symbolic.derivation import list_derivations as _list
@@ -31,4 +39,4 @@ def list_derivations():
     return _list()
 
 
-__all__ = ["__version__", "derivation", "list_derivations"]
+__all__ = ["__version__", "derivation", "derivation_values", "list_derivations"]

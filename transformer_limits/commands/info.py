@@ -1,5 +1,5 @@
 """``transformer-limits info``: versions, which kernel backends are usable here (with reasons) and the
-device ``--device auto`` would use, and why (:func:`transformer_limits.numeric.devices.resolve_device`)."""
+device ``--device auto`` would use, and why (:meth:`transformer_limits.numeric.devices.RunTarget.resolve`)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     from transformer_limits import __version__
     from transformer_limits.numeric.backends import backend_status, nvcc_path
-    from transformer_limits.numeric.devices import resolve_device
+    from transformer_limits.numeric.devices import RunTarget
     from transformer_limits.kernel_cache import cache_dir
 
     versions = {
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from transformer_limits import resource_limits as rl
 
     backends = [s.__dict__ for s in backend_status()]
-    auto = resolve_device("auto")
+    auto = RunTarget.resolve("auto")
     limits = {"max_bootstrap_replicates": rl.MAX_BOOTSTRAP_REPLICATES,
               "memory_budget_bytes": rl.MEMORY_BUDGET_BYTES,
               "max_kernel_dimension": rl.MAX_KERNEL_DIMENSION}

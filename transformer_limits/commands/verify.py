@@ -173,21 +173,22 @@ def make_config(args: argparse.Namespace, *, progress: bool):
     scheduler = getattr(args, "scheduler", None)
     if scheduler is not None and not scheduler.strip():
         raise UsageError("--scheduler needs an address such as tcp://host:8786")
-    device = getattr(args, "device", "cpu")
-    check_device(device)
+    device, precision = getattr(args, "device", "cpu"), getattr(args, "precision", "float64")
+    target = run_target(device, precision)
     check_scheduler(scheduler)
     check_store(store)
     return ExperimentConfig(profile=args.profile, seed=args.seed, workers=workers, progress=progress,
-                            scheduler=scheduler, store=store, device=device,
-                            precision=getattr(args, "precision", "float64"))
+                            scheduler=scheduler, store=store, device=device, precision=precision,
+                            target=target)
 
 
-def check_device(device: str) -> None:
-    """``--device`` must be usable here (``cuda`` needs a usable CUDA backend), before any work."""
-    from transformer_limits.numeric.devices import resolve_device
+def run_target(device: str, precision: str = "float64"):
+    """The run's :class:`~transformer_limits.numeric.devices.RunTarget`, resolved once, before any
+    work: ``--device`` must be usable here (``cuda`` needs a usable CUDA backend)."""
+    from transformer_limits.numeric.devices import RunTarget
 
     try:
-        resolve_device(device)
+        return RunTarget.resolve(device, precision)
     except ValueError as exc:
         raise UsageError(f"--device {device}: {exc}") from None
 

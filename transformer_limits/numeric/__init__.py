@@ -18,12 +18,14 @@ here needs SymPy at run time.
 * spectra (paper C, docs/spectral.md): :func:`renyi_rank`, :func:`covariance_spectrum`,
   :class:`StreamingCovariance`, :func:`rank_summary`, and the token strata
   :func:`frequency_strata`;
-* backends: :class:`Backend` records, :func:`resolve_backend` (a user's ``backend=`` string for a
-  kernel family), :class:`KernelFamily`, :func:`available_backends`, :func:`backend_status`;
-  devices: :func:`resolve_device` (``cpu`` | ``cuda`` | ``auto``) and :func:`backend_for` /
+* flavours and backends: :class:`Flavour` records (the kinds of kernel source; :func:`flavour_named`),
+  :class:`Backend` records, :func:`resolve_backend` (a user's ``backend=`` string for a kernel
+  family), :class:`KernelFamily`, :func:`available_backends`, :func:`backend_status`;
+  devices: :class:`RunTarget` (device, precision and the backend of each kernel family, resolved once:
+  :meth:`RunTarget.resolve` calls :func:`resolve_device`), :func:`backend_for` /
   :func:`choose_backend` (the backend a kernel family uses on a device); precision:
-  ``float64`` (default) or ``float32``, checked by :func:`resolve_precision`; device arrays:
-  :class:`DeviceArrays` (where a GPU backend keeps a simulator's state) and
+  ``float64`` (default) or ``float32``, checked by :func:`resolve_precision`; runtimes:
+  :class:`Runtime` (a backend's arrays, copies and kernel calls, host and device alike) and
   :func:`count_transfers` (host <-> device copies, :class:`TransferLog`).
 
 PyTorch-only parts (paper C's toy training: ``transformer_limits.numeric.torch.toy_gpt`` and
@@ -126,12 +128,15 @@ _EXPORTS = {
     "choose_backend": "devices",
     "DeviceChoice": "devices",
     "BackendChoice": "devices",
+    "RunTarget": "devices",
     "KernelFamily": "kernel_family",
-    # precision and device arrays
+    "Flavour": "flavours",
+    "flavour_named": "flavours",
+    # precision and runtimes
     "resolve_precision": "precision",
-    "DeviceArrays": "device_arrays",
-    "TransferLog": "device_arrays",
-    "count_transfers": "device_arrays",
+    "Runtime": "runtime",
+    "TransferLog": "runtime",
+    "count_transfers": "runtime",
 }
 
 __all__ = install_lazy_exports(__name__, _EXPORTS)

@@ -12,7 +12,8 @@ name                arrays  device  flavour         what runs
 ``blas``            numpy   cpu     numpy-blas      hand-written batched NumPy/BLAS (matmul, einsum);
                                                     no generated source (the attention layer)
 ``numba``           numpy   cpu     python-numba    ``numba.njit(parallel=True, cache=True)`` loops
-``numba-cuda``      numpy   cuda    python-cuda     ``numba.cuda.jit`` kernels on a real GPU
+``numba-cuda``      cupy    cuda    python-cuda     ``numba.cuda.jit`` kernels on a real GPU (Numba device
+                                                    arrays, kernels only, where CuPy is missing)
 ``numba-cuda-sim``  numpy   cpu     python-cuda     the same kernels in Numba's CUDA simulator (set
                                                     ``NUMBA_ENABLE_CUDASIM=1`` before Numba is
                                                     imported); slow, for correctness tests only
@@ -30,23 +31,30 @@ import shutil
 from dataclasses import dataclass
 from typing import Callable, Collection, Iterator, Mapping
 
-__all__ = ["Backend", "BackendStatus", "REGISTRY", "BACKENDS", "GENERATED_FLAVOURS", "backend_status",
-           "available_backends", "resolve_backend", "cuda_simulator_active"]
+from transformer_limits.numeric.flavours import (CUDA_C, GENERATED_FLAVOURS, NUMPY_BLAS, PYTHON_CUDA, PYTHON_NUMBA,
+                                                 PYTHON_NUMPY, Flavour)
 
-#: flavours of generated kernel source (a kernel family declares which of these it has)
-GENERATED_FLAVOURS = ("python-numpy", "python-numba", "python-cuda", "cuda-c")
+__all__ = ["Backend", "BackendStatus", "REGISTRY", "BACKENDS", "FLOAT32_BACKENDS", "GENERATED_FLAVOURS",
+           "backend_status", "available_backends", "resolve_backend", "cuda_simulator_active"]
 
 
 @dataclass(frozen=True)
 class Backend:
-    """One ``backend=`` string: array module (``numpy`` | ``cupy``), device (``cpu`` | ``cuda``) and the
-    flavour of kernel source it runs; :attr:`available` and :attr:`reason` come from the status probes."""
+    """One ``backend=`` string: the array module its runtime keeps state in (``numpy`` | ``cupy``; a
+    ``numba-cuda`` runtime without CuPy keeps Numba device arrays), device (``cpu`` | ``cuda``) and the
+    :class:`~transformer_limits.numeric.flavours.Flavour` of kernel source it runs; :attr:`available`
+    and :attr:`reason` come from the status probes."""
 
     name: str
     array_module: str
     device: str
-    flavour: str
+    flavour: Flavour
     summary: str
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """The precisions this backend computes in (its flavour's)."""
+        return self.flavour.precisions
 
     @property
     def status(self) -> BackendStatus:
@@ -66,16 +74,18 @@ class Backend:
 
 #: every backend, by name (the one vocabulary)
 REGISTRY: dict[str, Backend] = {b.name: b for b in (
-    Backend("numpy", "numpy", "cpu", "python-numpy", "vectorised NumPy (reference)"),
-    Backend("blas", "numpy", "cpu", "numpy-blas", "hand-written batched NumPy/BLAS, no generated source"),
-    Backend("numba", "numpy", "cpu", "python-numba", "numba.njit loops, parallel over tokens"),
-    Backend("numba-cuda", "numpy", "cuda", "python-cuda", "numba.cuda.jit kernels on a GPU"),
-    Backend("numba-cuda-sim", "numpy", "cpu", "python-cuda", "numba.cuda.jit kernels in Numba's CUDA simulator"),
-    Backend("cupy", "cupy", "cuda", "cuda-c", "CUDA C in a CuPy RawModule"),
+    Backend("numpy", "numpy", "cpu", PYTHON_NUMPY, "vectorised NumPy (reference)"),
+    Backend("blas", "numpy", "cpu", NUMPY_BLAS, "hand-written batched NumPy/BLAS, no generated source"),
+    Backend("numba", "numpy", "cpu", PYTHON_NUMBA, "numba.njit loops, parallel over tokens"),
+    Backend("numba-cuda", "cupy", "cuda", PYTHON_CUDA, "numba.cuda.jit kernels on a GPU"),
+    Backend("numba-cuda-sim", "numpy", "cpu", PYTHON_CUDA, "numba.cuda.jit kernels in Numba's CUDA simulator"),
+    Backend("cupy", "cupy", "cuda", CUDA_C, "CUDA C in a CuPy RawModule"),
 )}
 
 #: backends that run generated kernel source (the ``backend`` test fixture, ``transformer-limits info``)
-BACKENDS = tuple(name for name, b in REGISTRY.items() if b.flavour in GENERATED_FLAVOURS)
+BACKENDS = tuple(name for name, b in REGISTRY.items() if b.flavour.generated)
+#: backends that compute in float32 when asked (their flavour's precisions); the others are float64 only
+FLOAT32_BACKENDS = tuple(name for name, b in REGISTRY.items() if "float32" in b.precisions)
 
 
 @dataclass(frozen=True)
@@ -205,7 +215,7 @@ def backend_status() -> tuple[BackendStatus, ...]:
     return tuple(statuses[name] for name in BACKENDS)
 
 
-def resolve_backend(backend: object, flavours: Collection[str], family: str) -> Backend:
+def resolve_backend(backend: object, flavours: Collection[Flavour], family: str) -> Backend:
     """The :class:`Backend` named ``backend`` for a kernel family that has ``flavours``.
 
     ValueError (naming ``backend``) for an unknown name, a backend not usable here (with the probe's

@@ -4,7 +4,7 @@ An elementwise kernel ``kernel(IN_x_1, ..., OUT_f_1, ...)`` (template:
 :mod:`transformer_limits.symbolic.elementwise_kernels`) sets OUT_f_k[i] = f_k(IN_x_1[i], ...) over
 flattened float64 arrays.  :class:`ElementwiseKernel` calls it on equally shaped arrays of any shape
 on the backend's device (copies and launch through
-:class:`transformer_limits.numeric.device_arrays.DeviceArrays`) and returns ``{name: array}`` of
+:class:`transformer_limits.numeric.runtime.Runtime`) and returns ``{name: array}`` of
 that shape.
 :func:`elementwise_activation` loads phi and phi' of an activation of docs/theory.md §B.1 (ReLU, tanh,
 sigmoid, SiLU, GELU) through the kernel family ``ELEMENTWISE_ACTIVATION``: SymPy only on a cache miss.
@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from transformer_limits.numeric.backends import REGISTRY
-from transformer_limits.numeric.device_arrays import DeviceArrays
+from transformer_limits.numeric.runtime import Runtime
 from transformer_limits.numeric.kernel_family import ELEMENTWISE_ACTIVATION
 
 __all__ = ["ElementwiseKernel", "elementwise_activation"]
@@ -31,8 +31,8 @@ class ElementwiseKernel:
         self.backend, self.names_in, self.names_out = backend, list(names_in), list(names_out)
         self._flavour = REGISTRY[backend].flavour
         self._module = module
-        # device arrays, copies and launches of a GPU flavour (float64)
-        self._arrays = DeviceArrays(backend) if self._flavour in ("python-cuda", "cuda-c") else None
+        # arrays, copies and kernel calls of every flavour (float64; on the host put/get are casts)
+        self._runtime = Runtime(backend)
 
     def __call__(self, *arrays: Any) -> dict[str, np.ndarray]:
         if len(arrays) != len(self.names_in):
@@ -44,16 +44,12 @@ class ElementwiseKernel:
             raise ValueError("input arrays must have the same shape")
         flat = [a.reshape(-1) for a in arrs]
         n = flat[0].shape[0]
-        if self._arrays is not None:  # GPU: one copy in per input, one out per output
-            dev = self._arrays
-            d_in = [dev.put(a) for a in flat]
-            d_out = [dev.empty((n,)) for _ in self.names_out]
-            tail = (n,) if self._flavour == "cuda-c" else ()  # CUDA C takes the length last
-            dev.launch(self._module, "kernel", n, *d_in, *d_out, *tail)
-            outs = [dev.get(o) for o in d_out]
-        else:
-            outs = [np.empty(n) for _ in self.names_out]
-            self._module.kernel(*flat, *outs)
+        # one path for every flavour (on a GPU one copy in per input, one out per output, a thread per
+        # element); the length reaches only the CUDA C kernel, after the arrays
+        rt = self._runtime
+        d_out = [rt.empty((n,)) for _ in self.names_out]
+        rt.call(self._module, "kernel", n, *(rt.put(a) for a in flat), *d_out, sizes=(n,))
+        outs = [rt.get(o) for o in d_out]
         return {name: o.reshape(shape) for name, o in zip(self.names_out, outs)}
 
 

@@ -4,11 +4,13 @@ A :class:`KernelFamily` declares, without importing SymPy,
 
 * its ``name`` and parameter names: the cache *spec* of an instance is ``kernel_spec(name, flavour=...,
   **params)`` (:func:`transformer_limits.kernel_cache.kernel_spec`), built here and nowhere else;
-* its ``flavours`` (generated-source flavour -> file suffix), hence the backends it runs on
-  (:data:`transformer_limits.numeric.backends.REGISTRY`: a backend runs one flavour);
+* its ``flavours`` (:class:`~transformer_limits.numeric.flavours.Flavour` records, each with its
+  file suffix), hence the backends it runs on (:data:`transformer_limits.numeric.backends.REGISTRY`: a
+  backend runs one flavour);
 * ``generator``, the dotted path ``"module:function"`` of its SymPy generator, imported only on a
   cache miss and called as ``function(flavour=..., **params) -> (file name, source)``, the file name
-  being ``<stem>_<key><suffix>`` (see :func:`transformer_limits.symbolic.codegen.source_key`).
+  being ``<stem>_<key><suffix>`` (see :func:`transformer_limits.symbolic.codegen.source_key`); the
+  generator receives the flavour's name (the cache spec holds names).
 
 :meth:`KernelFamily.load` resolves a ``backend=`` string, finds (or generates, stores and indexes) the
 source of that backend's flavour and returns the loaded module: an imported Python module for the
@@ -23,10 +25,12 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from transformer_limits import kernel_cache
 from transformer_limits.numeric.backends import REGISTRY, Backend, resolve_backend
+from transformer_limits.numeric.flavours import (CUDA_C, GENERATED_FLAVOURS, PYTHON_CUDA, PYTHON_NUMBA, PYTHON_NUMPY,
+                                                 Flavour, flavour_named)
 
 __all__ = ["KernelFamily", "FAMILIES", "ATTENTION", "LAYER_ADJOINT", "MLP_FIELD", "FLOW_TAYLOR_JET",
            "ELEMENTWISE_ACTIVATION", "CUDA_C_REAL_TYPES", "cuda_c_program", "load_source"]
@@ -59,13 +63,13 @@ def cuda_c_program(source: str, precision: str = "float64") -> str:
     return f"typedef {CUDA_C_REAL_TYPES[precision]} real;\n" + CUDA_C_MATH_CONSTANTS + source
 
 
-def load_source(path: Path, flavour: str, precision: str = "float64") -> Any:
+def load_source(path: Path, flavour: Flavour | str, precision: str = "float64") -> Any:
     """Load a generated source file of ``flavour``: a CuPy ``RawModule`` for ``cuda-c``, compiled as
     :func:`cuda_c_program` of ``precision``, else the imported Python module (which computes in the
     dtype of the arrays it is given; ``precision`` is checked, nothing else)."""
     if precision not in CUDA_C_REAL_TYPES:
         raise ValueError(f"precision must be one of {', '.join(CUDA_C_REAL_TYPES)}, got {precision!r}")
-    if flavour == "cuda-c":
+    if flavour_named(flavour) is CUDA_C:
         import cupy
 
         code = cuda_c_program(path.read_text(encoding="utf-8"), precision)
@@ -80,20 +84,41 @@ class KernelFamily:
     name: str
     title: str
     params: tuple[str, ...]
-    flavours: Mapping[str, str]
+    flavours: Mapping[str, Flavour]
     generator: str
+
+    def __init__(self, name: str, title: str, params: tuple[str, ...], flavours: Iterable[Flavour],
+                 generator: str):
+        flavours = tuple(flavours)
+        for f in flavours:
+            if not isinstance(f, Flavour) or not f.generated:
+                raise ValueError(f"flavours of {title} must be generated Flavour records, got {f!r}")
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "title", title)
+        object.__setattr__(self, "params", tuple(params))
+        # name -> record, so ``PYTHON_NUMBA.name in family.flavours`` and lookups by name both work
+        object.__setattr__(self, "flavours", {f.name: f for f in flavours})
+        object.__setattr__(self, "generator", generator)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.params, tuple(self.flavours), self.generator))
+
+    def has(self, flavour: Flavour) -> bool:
+        """Whether this family has kernels of ``flavour``."""
+        return flavour.name in self.flavours
 
     def backends(self) -> tuple[str, ...]:
         """Names of the backends whose flavour this family has (available here or not)."""
-        return tuple(n for n, b in REGISTRY.items() if b.flavour in self.flavours)
+        return tuple(n for n, b in REGISTRY.items() if self.has(b.flavour))
 
     def resolve(self, backend: str) -> Backend:
         """The :class:`~transformer_limits.numeric.backends.Backend` for ``backend`` (ValueError if
         unknown, not usable here, or without this family's flavour)."""
-        return resolve_backend(backend, self.flavours, self.title)
+        return resolve_backend(backend, tuple(self.flavours.values()), self.title)
 
-    def spec(self, flavour: str, **params: object) -> str:
+    def spec(self, flavour: Flavour | str, **params: object) -> str:
         """Cache spec of one instance: ``<name>:<param>=<value>:...:flavour=<flavour>`` (sorted)."""
+        flavour = flavour.name if isinstance(flavour, Flavour) else flavour
         if flavour not in self.flavours:
             raise ValueError(f"flavour must be one of {', '.join(self.flavours)} for {self.title}; "
                              f"got {flavour!r}")
@@ -101,15 +126,16 @@ class KernelFamily:
             raise ValueError(f"{self.title} takes parameters {', '.join(self.params)}; got {', '.join(params)}")
         return kernel_cache.kernel_spec(self.name, flavour=flavour, **params)
 
-    def generate(self, flavour: str, **params: object) -> Path:
+    def generate(self, flavour: Flavour | str, **params: object) -> Path:
         """Run the SymPy generator (imported here, on a miss only), store and index the source."""
+        flavour = flavour.name if isinstance(flavour, Flavour) else flavour
         module, _, function = self.generator.partition(":")
         filename, source = getattr(importlib.import_module(module), function)(flavour=flavour, **params)
         path = kernel_cache.write_source(filename, source)
         kernel_cache.record_source(self.spec(flavour, **params), path)
         return path
 
-    def source_path(self, flavour: str, **params: object) -> Path:
+    def source_path(self, flavour: Flavour | str, **params: object) -> Path:
         """Cached source file of one instance; generated (SymPy imported) only on a cache miss."""
         path = kernel_cache.lookup_source(self.spec(flavour, **params))
         return self.generate(flavour, **params) if path is None else path
@@ -121,36 +147,37 @@ class KernelFamily:
         return load_source(self.source_path(flavour, **params), flavour, precision)
 
 
-_PY = ".py"
+_ALL = (PYTHON_NUMPY, PYTHON_NUMBA, PYTHON_CUDA, CUDA_C)
+assert set(_ALL) == set(GENERATED_FLAVOURS)
 
 #: softmax attention, its Jacobian and measure derivatives (symbolic/attention_kernels.py)
 ATTENTION = KernelFamily(
     "attention", "the attention kernels", ("d", "d_k", "d_v"),
-    {"python-numpy": _PY, "python-numba": _PY, "python-cuda": _PY, "cuda-c": ".cu"},
+    _ALL,
     "transformer_limits.symbolic.attention_kernels:attention_kernel_source")
 
 #: field and adjoint of one attention layer (symbolic/attention_adjoint_kernels.py)
 LAYER_ADJOINT = KernelFamily(
     "attention-adjoint", "the attention-layer adjoint kernels", ("d", "d_k", "d_v"),
-    {"python-numba": _PY, "python-cuda": _PY, "cuda-c": ".cu"},
+    (PYTHON_NUMBA, PYTHON_CUDA, CUDA_C),
     "transformer_limits.symbolic.attention_adjoint_kernels:adjoint_kernel_source")
 
 #: random-MLP field and zonal kernel matrix of one activation (symbolic/mlp_field_kernels.py)
 MLP_FIELD = KernelFamily(
     "mlp-field", "the MLP-field kernels", ("activation",),
-    {"python-numpy": _PY, "python-numba": _PY, "python-cuda": _PY, "cuda-c": ".cu"},
+    _ALL,
     "transformer_limits.symbolic.mlp_field_kernels:mlp_field_kernel_source")
 
 #: second-order attention jet of the flow-map Taylor blocks (symbolic/flow_taylor_kernels.py)
 FLOW_TAYLOR_JET = KernelFamily(
     "flow-taylor-jet", "the flow-map jet kernel", ("d", "d_k", "d_v"),
-    {"python-numpy": _PY, "python-numba": _PY, "python-cuda": _PY, "cuda-c": ".cu"},
+    _ALL,
     "transformer_limits.symbolic.flow_taylor_kernels:jet_kernel_source")
 
 #: an activation phi and its derivative, elementwise (symbolic/elementwise_kernels.py)
 ELEMENTWISE_ACTIVATION = KernelFamily(
     "elementwise-activation", "the elementwise activation kernels", ("activation",),
-    {"python-numpy": _PY, "python-numba": _PY, "python-cuda": _PY, "cuda-c": ".cu"},
+    _ALL,
     "transformer_limits.symbolic.elementwise_kernels:activation_kernel_source")
 
 #: every kernel family, by name

@@ -3,7 +3,9 @@
 float32 is an option for speed on a GPU, never the default: the rates and constants the package
 checks are float64 results, and a run in float32 states its measured error against float64
 (:attr:`transformer_limits.verify.experiment.Experiment.precision_probe`).  Which backends compute in
-float32 (``transformer_limits.numeric.devices.choose_backend``):
+float32 is a property of the flavour they run (``Flavour.precisions``,
+:mod:`transformer_limits.numeric.flavours`), collected as
+:data:`transformer_limits.numeric.backends.FLOAT32_BACKENDS`:
 
 ==================  ====================================================================
 ``numpy``, ``blas`` float32 arrays; NumPy keeps float32 in arithmetic with Python scalars
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from transformer_limits.numeric.backends import FLOAT32_BACKENDS
+
 __all__ = ["PRECISIONS", "DTYPES", "FLOAT32_BACKENDS", "resolve_precision", "dtype_of"]
 
 #: the values of ``precision=`` and ``--precision``
@@ -25,9 +29,6 @@ PRECISIONS = ("float64", "float32")
 
 #: NumPy dtype of each precision
 DTYPES: dict[str, np.dtype] = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32)}
-
-#: backends that compute in float32 when asked (the others are float64 only)
-FLOAT32_BACKENDS = ("numpy", "blas", "cupy")
 
 
 def resolve_precision(precision: object, backend: str | None = None) -> str:

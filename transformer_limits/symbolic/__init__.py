@@ -8,6 +8,8 @@ does.
 * :func:`derivation` builds a named derivation (a :class:`Derivation`: expressions, LaTeX,
   assumptions, checks, values); :func:`list_derivations` and :func:`derivation_spec` describe the
   registered ones and their parameters (:class:`DerivationSpec`, :class:`Param`);
+* :func:`derivation_values` gives a derivation's numeric values from an on-disk cache (no SymPy on a
+  hit), for runs that need a derived constant;
 * :func:`register_derivation` registers a builder.  Derivation modules of this package register
   theirs on import and are discovered on first use of the registry (docs/contributing.md);
 * :func:`write_derivation_docs` writes one Markdown page per derivation (``docs/derivations``).
@@ -28,6 +30,7 @@ _EXPORTS = {
     "CheckLine": "derivation",
     "register_derivation": "derivation",
     "write_derivation_docs": "derivation_docs",
+    "derivation_values": "derivation_cache",
 }
 
 __all__ = install_lazy_exports(__name__, _EXPORTS)

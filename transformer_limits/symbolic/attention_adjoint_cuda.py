@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from transformer_limits.numeric.flavours import CUDA_C, PYTHON_CUDA
+
 __all__ = ["cuda_source", "KERNEL_ARGS", "launch_threads"]
 
 #: (kernel name, arguments) in launch order; argument kinds: in, out, inout (arrays), real, flag, size
@@ -290,7 +292,7 @@ def _param_grads(L: _PyLang, d: int, d_k: int, d_v: int) -> list[str]:
 def cuda_source(blocks, flavour: str) -> str:
     """Kernel text (without header) of ``flavour`` (``python-cuda`` or ``cuda-c``) for the blocks of
     one (d, d_k, d_v): ``blocks`` has ``d``, ``d_k``, ``d_v`` and ``lines(group, printer, declare=)``."""
-    lang = {"python-cuda": _PyLang, "cuda-c": _CLang}.get(flavour)
+    lang = {PYTHON_CUDA.name: _PyLang, CUDA_C.name: _CLang}.get(flavour)
     if lang is None:
         raise ValueError(f"flavour must be python-cuda or cuda-c, got {flavour!r}")
     L = lang(blocks, _shapes(blocks.d, blocks.d_k, blocks.d_v))

@@ -26,20 +26,23 @@ when causal) and its scratch rows:
                    (j-sums in scalar locals), P_ij and sbar_ij into the block's scratch rows, and the
                    Jacobian term XJ^i = sum_h Q_h^T qbar_h^i; then one contiguous-j sweep per component
                    (vectorised) adds the block's kbar^j += sbar_ij d logit/d k, vbar^j += P_ij g^i into task
-                   t's partials KBP[t], VBP[t] (T, H, d_k|d_v, N), zero on entry.  Finally (``lions``) each
-                   task applies the Lions term to its own partials, XL[t, :, j] = sum_h K_h^T kbar_h^j +
-                   V_h^T vbar_h^j; the caller sums the partials over t (xbar = XJ + sum_t XL[t]^T;
-                   ``lions=0`` drops the Lions term, for the wrong-model test)
+                   t's partials KBP[t], VBP[t] (T, H, d_k|d_v, N), zeroed by the task on entry (the caller
+                   may reuse the arrays)
+``finish``         per (head, block of FIN_KEYS keys): KBT, VBT = the partials summed over t in order
+                   (bitwise numpy's sum over axis 0); then per block of keys, xbar^j = XJ^j + sum_h (K_h^T
+                   kbar_h^j + V_h^T vbar_h^j) (h in order; the Lions term once per key, not once per task;
+                   ``lions=0`` drops it, for the wrong-model test)
 
 Array conventions (C order, float64): X (N, d); Qs, Ks (H, d_k, d); Vs (H, d_v, d); Os (H, d, d_v);
 c (H,) head weights; A (H, N, d_v); QF, QBAR (H, N, d_k); KT, KBP[t] (H, d_k, N); VT, VBP[t] (H, d_v, N);
-LOGZ (H, N); F, PC, XJ (N, d); XL (T, d, N).
+LOGZ (H, N); F, PC, XJ, XB (N, d); KBT (H, d_k, N), VBT (H, d_v, N).
 """
 
 from __future__ import annotations
 
 import re
 
+from transformer_limits.numeric.flavours import PYTHON_NUMBA, flavour_named
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.symbolic.attention_adjoint_cuda import cuda_source
 from transformer_limits.symbolic.codegen import (CodeBlock, code_block, indent, lane_max_lines, source_key,
@@ -49,9 +52,10 @@ from transformer_limits.symbolic.template_pieces import adjoint_pieces
 
 __all__ = ["adjoint_kernel_source", "adjoint_kernel_sources"]
 
-ADJOINT_FLAVOURS = LAYER_ADJOINT.flavours  # flavour -> file suffix (kernel family LAYER_ADJOINT)
+ADJOINT_FLAVOURS = LAYER_ADJOINT.flavours  # flavour name -> Flavour record (kernel family LAYER_ADJOINT)
 MAX_LANES = 4  # lanes of the row-maximum loop (a power of two)
 ADJ_ROWS = 4  # query rows per block of the adjoint's key/value partial updates
+FIN_KEYS = 512  # keys per task of the adjoint's finish (partial sums and Lions term)
 
 
 class _Blocks:
@@ -174,6 +178,10 @@ def _source_numba(b: _Blocks) -> str:
     key_updates = (partial_updates(d_k, "q", "QR", "sbar", "SR", "key_inc", "dk", "KBP")
                    + partial_updates(d_v, "g", "GR", "p", "PR", "value_inc", "dv", "VBP"))
     adjoint = (["H = QF.shape[0]", "N = QF.shape[1]", "T = KBP.shape[0]", "for t in numba.prange(T):",
+                "    for h in range(H):"]
+               + ["        for j in range(N):"] + [f"            KBP[t, h, {b_}, j] = 0.0" for b_ in range(d_k)]
+               + [f"            VBP[t, h, {c_}, j] = 0.0" for c_ in range(d_v)]
+               + [
                 f"    PR = numpy.empty(({R}, N))", f"    SR = numpy.empty(({R}, N))", f"    QR = numpy.empty(({R}, {d_k}))",
                 f"    GR = numpy.empty(({R}, {d_v}))", f"    for i0 in range(t, N, {R} * T):",
                 f"        ilast = min(i0 + {R - 1} * T, i0 + (N - 1 - i0) // T * T)",
@@ -185,18 +193,34 @@ def _source_numba(b: _Blocks) -> str:
                + ["                    " + s_ for s_ in row_pass] + ["                else:"]
                + ["                    " + s_ for s_ in empty_row]
                + ["            " + s_ for s_ in key_updates])
-    # after its rows, task t applies the Lions term to its own partials: XL[t, :, j] = sum_h K_h^T kbar_h^j
-    # + V_h^T vbar_h^j (partial sums over t by the caller)
-    adjoint += (["    if lions:", "        for h in range(H):"]
-                + ["            " + s for s in _unpack("K", d_k, d) + _unpack("V", d_v, d) + ["for j in range(N):"]]
-                + ["                " + s for s in [f"kb_{b_} = KBP[t, h, {b_}, j]" for b_ in range(d_k)]
-                   + [f"vb_{c_} = VBP[t, h, {c_}, j]" for c_ in range(d_v)] + b.lines("lions_vjp")
-                   + [f"XL[t, {a}, j] += xl_{a}" for a in range(d)]])
+    # finish: (1) per (head, block of FIN_KEYS keys): kbar, vbar = the task partials summed over t in order
+    # (bitwise numpy's sum over axis 0; one contiguous-j loop per component, vectorised); (2) per block of
+    # keys, the Lions term once per key: xbar^j = XJ^j + sum_h (K_h^T kbar_h^j + V_h^T vbar_h^j), h in order
+    comps = [("KBP", "KBT", e) for e in range(d_k)] + [("VBP", "VBT", e) for e in range(d_v)]
+    sums = [s_ for arr, out_, e in comps
+            for s_ in ["for j in range(j0, j1):", f"    {out_}[h, {e}, j] += {arr}[t, h, {e}, j]"]]
+    first = [s_ for arr, out_, e in comps
+             for s_ in ["for j in range(j0, j1):", f"    {out_}[h, {e}, j] = {arr}[0, h, {e}, j]"]]
+    lions_term = (_unpack("K", d_k, d) + _unpack("V", d_v, d) + ["for j in range(j0, j1):"]
+                  + ["    " + s_ for s_ in [f"kb_{b_} = KBT[h, {b_}, j]" for b_ in range(d_k)]
+                     + [f"vb_{c_} = VBT[h, {c_}, j]" for c_ in range(d_v)] + b.lines("lions_vjp")
+                     + [f"XB[j, {a}] += xl_{a}" for a in range(d)]])
+    blocks = f"(N + {FIN_KEYS - 1}) // {FIN_KEYS}"
+    finish = (["T = KBP.shape[0]", "H = KBP.shape[1]", "N = KBP.shape[3]", f"NB = {blocks}",
+               "for task in numba.prange(H * NB):"]
+              + ["    " + s_ for s_ in ["h = task // NB", f"j0 = (task - h * NB) * {FIN_KEYS}",
+                                        f"j1 = min(N, j0 + {FIN_KEYS})"]
+                 + first + ["for t in range(1, T):"] + ["    " + x for x in sums]]
+              + ["for jb in numba.prange(NB):"]
+              + ["    " + s_ for s_ in [f"j0 = jb * {FIN_KEYS}", f"j1 = min(N, j0 + {FIN_KEYS})",
+                                        "for j in range(j0, j1):"]
+                 + [f"    XB[j, {a}] = XJ[j, {a}]" for a in range(d)]
+                 + ["if lions:"] + ["    " + x for x in ["for h in range(H):"] + ["    " + y for y in lions_term]]])
     out = ["import math", "", "import numba", "import numpy"] + fast_exp_lines()
     out += kernel("features(X, Qs, Ks, Vs, QF, KT, VT)", features)
     out += kernel("forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F)", forward, njit_pairs)
-    out += kernel("adjoint(PC, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, XJ, XL)",
-                  adjoint, njit_pairs)
+    out += kernel("adjoint(PC, Qs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, XJ)", adjoint, njit_pairs)
+    out += kernel("finish(KBP, VBP, Ks, Vs, XJ, lions, KBT, VBT, XB)", finish)
     return "\n".join(out) + "\n"
 
 
@@ -206,19 +230,19 @@ def _header(d: int, d_k: int, d_v: int, flavour: str) -> list[str]:
              "# Do not edit: regenerate with transformer_limits.symbolic.attention_adjoint_kernels.",
              "# Layer field F^i = sum_h c_h O_h A_h^i; adjoint xbar^i = sum_h Q^T qbar + [K^T kbar + V^T vbar] "
              "(Lions term)."]
-    return [("//" + s[1:]) if flavour == "cuda-c" else s for s in lines]
+    return [(flavour_named(flavour).comment + s[1:]) if flavour_named(flavour).comment != "#" else s for s in lines]
 
 
-def adjoint_kernel_source(d: int, d_k: int, d_v: int, flavour: str = "python-numba") -> tuple[str, str]:
+def adjoint_kernel_source(d: int, d_k: int, d_v: int, flavour: str = PYTHON_NUMBA.name) -> tuple[str, str]:
     """(file name, source) of the layer forward/adjoint kernels for one flavour."""
     if flavour not in ADJOINT_FLAVOURS:
         raise ValueError(f"unknown adjoint kernel flavour {flavour!r} (known: {', '.join(ADJOINT_FLAVOURS)})")
     b = _Blocks(d, d_k, d_v)
-    body = _source_numba(b) if flavour == "python-numba" else cuda_source(b, flavour)
+    body = _source_numba(b) if flavour == PYTHON_NUMBA.name else cuda_source(b, flavour)
     source = "\n".join(_header(d, d_k, d_v, flavour)) + "\n" + body
-    key = source_key(b.fingerprints(), "c" if flavour == "cuda-c" else "scalar", body)
+    key = source_key(b.fingerprints(), flavour_named(flavour).printer, body)
     stem = f"attention_adjoint_d{d}_dk{d_k}_dv{d_v}_{flavour.replace('-', '_')}"
-    return f"{stem}_{key}{ADJOINT_FLAVOURS[flavour]}", source
+    return f"{stem}_{key}{flavour_named(flavour).suffix}", source
 
 
 def adjoint_kernel_sources(d: int, d_k: int, d_v: int) -> dict[str, str]:

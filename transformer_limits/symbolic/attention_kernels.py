@@ -21,6 +21,19 @@ kernel cache):
                   runs on a GPU or in Numba's CUDA simulator;
 ``cuda-c``        CUDA C for CuPy ``RawModule`` (C99 printer), same thread layout.
 
+One calling convention for every flavour: the same kernel names and argument lists, inputs first,
+then the outputs, which every flavour writes in place (the caller allocates them)::
+
+    key_features(Y, Q, K, V, KF, VF, UF)                    sizes (M,)
+    forward(X, w, Q, K, V, KF, VF, A, LOGZ)                 sizes (N, M)
+    jacobian(X, w, Q, K, V, KF, VF, UF, A, LOGZ, J)         sizes (N, M)
+    lions_derivative(X, Q, K, V, KF, VF, A, LOGZ, LIONS)    sizes (N, M)
+    flat_derivative(X, Q, K, V, KF, VF, A, LOGZ, FLAT)      sizes (N, M)
+
+The problem sizes reach only the ``cuda-c`` kernels, after the arrays (C has no shapes; they are
+``sizes=`` of :meth:`transformer_limits.numeric.runtime.Runtime.call`); the Python flavours read
+them from the array shapes.
+
 Array conventions (C order, float64): X (N, d) queries, Y (M, d) keys, w (M,) weights of
 mu = sum_j w_j delta_{Y_j}; Q, K (d_k, d); V (d_v, d); A (N, d_v); LOGZ (N,); J (N, d_v, d);
 LIONS (N, M, d_v, d); FLAT (N, M, d_v).
@@ -30,6 +43,7 @@ from __future__ import annotations
 
 import re
 
+from transformer_limits.numeric.flavours import CUDA_C, PYTHON_CUDA, PYTHON_NUMBA, PYTHON_NUMPY, flavour_named
 from transformer_limits.numeric.kernel_family import ATTENTION
 from transformer_limits.symbolic.codegen import (CodeBlock, code_block, indent, lane_max_lines, source_key,
                                                  unkeyed_name)
@@ -38,8 +52,7 @@ from transformer_limits.symbolic.template_pieces import kernel_pieces
 
 __all__ = ["attention_kernel_source", "attention_kernel_sources"]
 
-FLAVOURS = ATTENTION.flavours  # flavour -> file suffix
-_PRINTER = {"python-numpy": "numpy", "python-numba": "scalar", "python-cuda": "scalar", "cuda-c": "c"}
+FLAVOURS = ATTENTION.flavours  # flavour name -> Flavour record
 
 
 class _Blocks:
@@ -204,63 +217,59 @@ def _source_cuda(b: _Blocks) -> str:
 
 # --------------------------------------------------------------------------- NumPy (vectorised)
 def _source_numpy(b: _Blocks) -> str:
+    """Vectorised kernels with the signatures of every flavour (:data:`_SIGNATURES`): the outputs are
+    arguments, written in place (``OUT[:, c] = ...``), so the caller allocates them as for a GPU."""
     d, d_k, d_v = b.d, b.d_k, b.d_v
     P = "numpy"
     unpack = _py_unpack_params(b)
     cols = lambda name, n, arr, sl: [f"{name}_{a} = {arr}[{sl}{a}]" for a in range(n)]  # noqa: E731
     out = ["import math", "", "import numpy", "", "",
-           f"def {_NAMES['key']}(Y, Q, K, V):",
+           f"def {_NAMES['key']}({_SIGNATURES['key']}):",
            '    """Per-key features: KF = Y K^T (M, d_k), VF = Y V^T (M, d_v), UF = Y K^T Q (M, d)."""',
-           indent(unpack, 1), indent(cols("y", d, "Y", ":, "), 1), indent(b.key.lines(P), 1),
-           "    shape = (Y.shape[0],)",
-           "    KF = numpy.stack([numpy.broadcast_to(k, shape) for k in ("
-           + ", ".join(f"k_{a}" for a in range(d_k)) + ",)], axis=1)",
-           "    VF = numpy.stack([numpy.broadcast_to(v, shape) for v in ("
-           + ", ".join(f"v_{c}" for c in range(d_v)) + ",)], axis=1)",
-           "    UF = numpy.stack([numpy.broadcast_to(u, shape) for u in ("
-           + ", ".join(f"u_{a}" for a in range(d)) + ",)], axis=1)",
-           "    return KF, VF, UF", "", "",
-           "def _logits(X, Q, K, V, KF):",
-           indent(unpack, 1), indent(cols("x", d, "X", ":, None, "), 1), indent(b.q.lines(P), 1),
-           indent(cols("k", d_k, "KF", "None, :, "), 1), indent(b.logit.lines(P), 1),
-           "    return logit", "", "",
-           f"def {_NAMES['forward']}(X, w, Q, K, V, KF, VF):",
-           '    """A (N, d_v) and log Z (N,) by a max-shifted softmax over the M atoms."""',
-           "    logit = _logits(X, Q, K, V, KF)",
-           "    # zero-weight atoms must not set the shift (their exponentials could underflow Z to 0)",
-           "    m = numpy.where(w[None, :] > 0, logit, -numpy.inf).max(axis=1, keepdims=True)",
-           "    e = w[None, :] * numpy.exp(numpy.where(w[None, :] > 0, logit - m, -numpy.inf))  # no 0 * inf",
-           "    s = e.sum(axis=1)",
-           "    A = (e @ VF) / s[:, None]",
-           "    return A, m[:, 0] + numpy.log(s)", "", "",
-           "def _pair_setup(X, Q, K, V, KF, VF, A, LOGZ):",
-           "    p = numpy.exp(_logits(X, Q, K, V, KF) - LOGZ[:, None])",
-           "    return p", "", "",
-           f"def {_NAMES['jacobian']}(X, w, Q, K, V, KF, VF, UF, A, LOGZ):",
-           '    """grad_x A(x_i, mu): (N, d_v, d)."""',
-           "    p = _pair_setup(X, Q, K, V, KF, VF, A, LOGZ)", indent(unpack, 1),
-           indent(cols("A", d_v, "A", ":, None, "), 1), indent(cols("v", d_v, "VF", "None, :, "), 1),
-           indent(cols("u", d, "UF", "None, :, "), 1), indent(b.jac.lines(P), 1),
-           f"    J = numpy.empty((X.shape[0], {d_v}, {d}))"]
+           indent(unpack, 1), indent(cols("y", d, "Y", ":, "), 1), indent(b.key.lines(P), 1)]
+    # column stores broadcast a constant expression (a zero entry of K, say) over the M rows
+    out += [f"    KF[:, {a}] = k_{a}" for a in range(d_k)]
+    out += [f"    VF[:, {c}] = v_{c}" for c in range(d_v)]
+    out += [f"    UF[:, {a}] = u_{a}" for a in range(d)]
+    out += ["", "",
+            "def _logits(X, Q, K, V, KF):",
+            indent(unpack, 1), indent(cols("x", d, "X", ":, None, "), 1), indent(b.q.lines(P), 1),
+            indent(cols("k", d_k, "KF", "None, :, "), 1), indent(b.logit.lines(P), 1),
+            "    return logit", "", "",
+            f"def {_NAMES['forward']}({_SIGNATURES['forward']}):",
+            '    """A (N, d_v) and log Z (N,) by a max-shifted softmax over the M atoms."""',
+            "    logit = _logits(X, Q, K, V, KF)",
+            "    # zero-weight atoms must not set the shift (their exponentials could underflow Z to 0)",
+            "    m = numpy.where(w[None, :] > 0, logit, -numpy.inf).max(axis=1, keepdims=True)",
+            "    e = w[None, :] * numpy.exp(numpy.where(w[None, :] > 0, logit - m, -numpy.inf))  # no 0 * inf",
+            "    s = e.sum(axis=1)",
+            "    A[...] = (e @ VF) / s[:, None]",
+            "    LOGZ[...] = m[:, 0] + numpy.log(s)", "", "",
+            "def _pair_setup(X, Q, K, V, KF, VF, A, LOGZ):",
+            "    p = numpy.exp(_logits(X, Q, K, V, KF) - LOGZ[:, None])",
+            "    return p", "", "",
+            f"def {_NAMES['jacobian']}({_SIGNATURES['jacobian']}):",
+            '    """grad_x A(x_i, mu): (N, d_v, d)."""',
+            "    p = _pair_setup(X, Q, K, V, KF, VF, A, LOGZ)", indent(unpack, 1),
+            indent(cols("A", d_v, "A", ":, None, "), 1), indent(cols("v", d_v, "VF", "None, :, "), 1),
+            indent(cols("u", d, "UF", "None, :, "), 1), indent(b.jac.lines(P), 1)]
     out += [f"    J[:, {c}, {a}] = (numpy.broadcast_to(jac_{c}_{a}, p.shape) * w[None, :]).sum(axis=1)"
             for c in range(d_v) for a in range(d)]
-    out += ["    return J", "", "",
-            f"def {_NAMES['lions']}(X, Q, K, V, KF, VF, A, LOGZ):",
+    out += ["", "",
+            f"def {_NAMES['lions']}({_SIGNATURES['lions']}):",
             '    """d_mu A(x_i, mu)(y_j): (N, M, d_v, d)."""',
             "    p = _pair_setup(X, Q, K, V, KF, VF, A, LOGZ)", indent(unpack, 1),
             indent(cols("x", d, "X", ":, None, "), 1), indent(b.q.lines(P), 1), indent(b.r.lines(P), 1),
             indent(cols("A", d_v, "A", ":, None, "), 1), indent(cols("v", d_v, "VF", "None, :, "), 1),
-            indent(b.lions.lines(P), 1),
-            f"    out = numpy.empty((X.shape[0], KF.shape[0], {d_v}, {d}))"]
-    out += [f"    out[:, :, {c}, {a}] = lions_{c}_{a}" for c in range(d_v) for a in range(d)]
-    out += ["    return out", "", "",
-            f"def {_NAMES['flat']}(X, Q, K, V, KF, VF, A, LOGZ):",
+            indent(b.lions.lines(P), 1)]
+    out += [f"    LIONS[:, :, {c}, {a}] = lions_{c}_{a}" for c in range(d_v) for a in range(d)]
+    out += ["", "",
+            f"def {_NAMES['flat']}({_SIGNATURES['flat']}):",
             '    """dA/dmu(x_i, mu)(y_j): (N, M, d_v)."""',
             "    p = _pair_setup(X, Q, K, V, KF, VF, A, LOGZ)", indent(unpack, 1),
             indent(cols("A", d_v, "A", ":, None, "), 1), indent(cols("v", d_v, "VF", "None, :, "), 1),
-            indent(b.flat.lines(P), 1), f"    out = numpy.empty((X.shape[0], KF.shape[0], {d_v}))"]
-    out += [f"    out[:, :, {c}] = flat_{c}" for c in range(d_v)]
-    out += ["    return out"]
+            indent(b.flat.lines(P), 1)]
+    out += [f"    FLAT[:, :, {c}] = flat_{c}" for c in range(d_v)]
     return "\n".join(out) + "\n"
 
 
@@ -310,25 +319,20 @@ def _c_bodies(b: _Blocks) -> dict[str, list[str]]:
     return {"key": key, "forward": fwd, "jacobian": jac, "lions": lions, "flat": flat}
 
 
-_C_SIGNATURES = {
-    "key": "const real* __restrict__ Y, const real* __restrict__ Q, const real* __restrict__ K, "
-           "const real* __restrict__ V, real* __restrict__ KF, real* __restrict__ VF, "
-           "real* __restrict__ UF, const long long M",
-    "forward": "const real* __restrict__ X, const real* __restrict__ w, const real* __restrict__ Q, "
-               "const real* __restrict__ KF, const real* __restrict__ VF, real* __restrict__ A, "
-               "real* __restrict__ LOGZ, const long long N, const long long M",
-    "jacobian": "const real* __restrict__ X, const real* __restrict__ w, const real* __restrict__ Q, "
-                "const real* __restrict__ KF, const real* __restrict__ VF, const real* __restrict__ UF, "
-                "const real* __restrict__ A, const real* __restrict__ LOGZ, real* __restrict__ J, "
-                "const long long N, const long long M",
-    "lions": "const real* __restrict__ X, const real* __restrict__ Q, const real* __restrict__ K, "
-             "const real* __restrict__ V, const real* __restrict__ KF, const real* __restrict__ VF, "
-             "const real* __restrict__ A, const real* __restrict__ LOGZ, real* __restrict__ LIONS, "
-             "const long long N, const long long M",
-    "flat": "const real* __restrict__ X, const real* __restrict__ Q, const real* __restrict__ KF, "
-            "const real* __restrict__ VF, const real* __restrict__ A, const real* __restrict__ LOGZ, "
-            "real* __restrict__ FLAT, const long long N, const long long M",
-}
+#: C type of each parameter of :data:`_SIGNATURES` (inputs const, outputs written); the problem sizes
+#: follow the arrays (C has no shapes): M for key_features, N, M for the others
+_OUTPUTS = {"key": ("KF", "VF", "UF"), "forward": ("A", "LOGZ"), "jacobian": ("J",), "lions": ("LIONS",),
+            "flat": ("FLAT",)}
+_C_SIZES = {"key": ("M",), "forward": ("N", "M"), "jacobian": ("N", "M"), "lions": ("N", "M"), "flat": ("N", "M")}
+
+
+def _c_signature(kind: str) -> str:
+    """C parameter list of kernel ``kind``: the Python parameters of :data:`_SIGNATURES` (inputs of a
+    forward pass that reads only Q of (Q, K, V) included, unused: one argument list for every flavour),
+    then the sizes."""
+    params = [("real* __restrict__ " if n in _OUTPUTS[kind] else "const real* __restrict__ ") + n
+              for n in _SIGNATURES[kind].split(", ")]
+    return ", ".join(params + [f"const long long {n}" for n in _C_SIZES[kind]])
 
 
 def _source_c(b: _Blocks) -> str:
@@ -337,18 +341,18 @@ def _source_c(b: _Blocks) -> str:
     for kind in ("key", "forward", "jacobian", "lions", "flat"):
         body = bodies[kind]
         text = "\n".join(body)
-        # load only the parameter entries this kernel reads (the signature passes only those arrays)
+        # load only the parameter entries this kernel reads (forward, jacobian, flat take K and V unused)
         loads = [f"const real {s} = {arr}[{r * b.d + c}];" for s, arr, r, c in b.params()
                  if re.search(rf"\b{s}\b", text)]
-        out += [f'extern "C" __global__ void {_NAMES[kind]}({_C_SIGNATURES[kind]})', "{",
+        out += [f'extern "C" __global__ void {_NAMES[kind]}({_c_signature(kind)})', "{",
                 indent(body[:2] + loads + body[2:] if kind in ("key", "forward", "jacobian")
                        else body[:3] + loads + body[3:], 1), "}", ""]
     return "\n".join(out)
 
 
 # --------------------------------------------------------------------------- assembly + cache
-_EMITTERS = {"python-numpy": _source_numpy, "python-numba": _source_numba,
-             "python-cuda": _source_cuda, "cuda-c": _source_c}
+_EMITTERS = {PYTHON_NUMPY.name: _source_numpy, PYTHON_NUMBA.name: _source_numba,
+             PYTHON_CUDA.name: _source_cuda, CUDA_C.name: _source_c}
 
 
 def attention_kernel_source(d: int, d_k: int, d_v: int, flavour: str) -> tuple[str, str]:
@@ -356,12 +360,12 @@ def attention_kernel_source(d: int, d_k: int, d_v: int, flavour: str) -> tuple[s
     if flavour not in FLAVOURS:
         raise ValueError(f"unknown kernel flavour {flavour!r} (known: {', '.join(FLAVOURS)})")
     b = _Blocks(d, d_k, d_v)
-    comment = "//" if flavour == "cuda-c" else "#"
+    comment = flavour_named(flavour).comment
     body = _EMITTERS[flavour](b)
     source = "\n".join(_header(comment, d, d_k, d_v, flavour)) + "\n" + body
-    key = source_key([blk.fingerprint() for blk in b.all()], _PRINTER[flavour], body)
+    key = source_key([blk.fingerprint() for blk in b.all()], flavour_named(flavour).printer, body)
     stem = f"attention_d{d}_dk{d_k}_dv{d_v}_{flavour.replace('-', '_')}"
-    return f"{stem}_{key}{FLAVOURS[flavour]}", source
+    return f"{stem}_{key}{flavour_named(flavour).suffix}", source
 
 
 def attention_kernel_sources(d: int, d_k: int, d_v: int) -> dict[str, str]:

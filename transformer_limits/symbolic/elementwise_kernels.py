@@ -2,8 +2,10 @@
 
 Given input symbols (x_1, ..., x_p) and named outputs f_k(x_1, ..., x_p), the template writes
 ``kernel(IN_x_1, ..., IN_x_p, OUT_f_1, ...)`` that sets OUT_f_k[i] = f_k(IN_x_1[i], ..., IN_x_p[i]) over
-flattened float64 arrays.  This is the smallest loop template of the codegen pipeline and the one
-activations (ReLU, tanh, SiLU, ...) and their derivatives go through:
+flattened float64 arrays, the outputs written in place by every flavour (one signature; the length n
+follows the arrays in CUDA C only, ``sizes=`` of
+:meth:`~transformer_limits.numeric.runtime.Runtime.call`).  This is the smallest loop template of the
+codegen pipeline and the one activations (ReLU, tanh, SiLU, ...) and their derivatives go through:
 
 ``python-numpy``   vectorised (``numpy.where`` for Piecewise, ``numpy.maximum`` for Max)
 ``python-numba``   ``numba.njit(parallel=True, cache=True)`` loop over the flattened arrays
@@ -31,6 +33,7 @@ from typing import Mapping, Sequence
 import sympy as sp
 
 from transformer_limits import kernel_cache
+from transformer_limits.numeric.flavours import PYTHON_CUDA, PYTHON_NUMBA, PYTHON_NUMPY, flavour_named
 from transformer_limits.numeric.elementwise import ElementwiseKernel
 from transformer_limits.numeric.kernel_family import ELEMENTWISE_ACTIVATION, load_source
 from transformer_limits.symbolic.codegen import code_block, indent, source_key
@@ -39,8 +42,7 @@ from transformer_limits.symbolic.mlp_kernel import x_sym
 
 __all__ = ["elementwise_kernel", "elementwise_source", "activation_kernel_source"]
 
-FLAVOURS = ELEMENTWISE_ACTIVATION.flavours  # flavour -> file suffix
-_PRINTER = {"python-numpy": "numpy", "python-numba": "scalar", "python-cuda": "scalar", "cuda-c": "c"}
+FLAVOURS = ELEMENTWISE_ACTIVATION.flavours  # flavour name -> Flavour record
 
 
 def elementwise_source(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbol], flavour: str) -> str:
@@ -58,7 +60,7 @@ def elementwise_source(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbo
         raise ValueError(f"outputs depend on symbols that are not inputs: {sorted(map(str, free))}")
     block = code_block(outputs, prefix="e")
     args = ", ".join([f"IN_{n}" for n in names_in] + [f"OUT_{n}" for n in names_out])
-    if flavour == "python-numpy":
+    if flavour == PYTHON_NUMPY.name:
         # SymPy's NumPy printer leaves erf as math.erf (scalar only): use the vectorised ufunc
         body = ([f"{n} = IN_{n}" for n in names_in]
                 + [s.replace("math.erf(", "scipy.special.erf(") for s in block.lines("numpy")]
@@ -67,12 +69,12 @@ def elementwise_source(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbo
                           f"def kernel({args}):", indent(body, 1), ""])
     loads = [f"{n} = IN_{n}[i]" for n in names_in]
     stores = [f"OUT_{n}[i] = {n}" for n in names_out]
-    if flavour == "python-numba":
+    if flavour == PYTHON_NUMBA.name:
         return "\n".join(["import math", "", "import numba", "", "",
                           "@numba.njit(parallel=True, cache=True)", f"def kernel({args}):",
                           f"    for i in numba.prange(IN_{names_in[0]}.shape[0]):",
                           indent(loads + block.lines("scalar") + stores, 2), ""])
-    if flavour == "python-cuda":
+    if flavour == PYTHON_CUDA.name:
         return "\n".join(["import math", "", "from numba import cuda", "", "", "@cuda.jit",
                           f"def kernel({args}):", "    i = cuda.grid(1)",
                           f"    if i < IN_{names_in[0]}.shape[0]:",
@@ -89,8 +91,8 @@ def elementwise_source(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbo
 def _keyed_source(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbol], flavour: str,
                   stem: str) -> tuple[str, str]:
     source = elementwise_source(outputs, inputs, flavour)
-    key = source_key([sp.srepr(tuple(outputs.items()))], _PRINTER[flavour], source)
-    return f"{stem}_{key}{FLAVOURS[flavour]}", source
+    key = source_key([sp.srepr(tuple(outputs.items()))], flavour_named(flavour).printer, source)
+    return f"{stem}_{key}{flavour_named(flavour).suffix}", source
 
 
 def activation_kernel_source(activation: str, flavour: str) -> tuple[str, str]:
@@ -108,7 +110,7 @@ def elementwise_kernel(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbo
     The returned function takes one array per input (same shape) and returns a dict name -> array.
     The source is written to the kernel cache (readable; Numba caches its compiled code there).
     """
-    flavour = ELEMENTWISE_ACTIVATION.resolve(backend).flavour
+    flavour = ELEMENTWISE_ACTIVATION.resolve(backend).flavour.name
     filename, source = _keyed_source(outputs, inputs, flavour, "elementwise")
     module = load_source(kernel_cache.write_source(filename, source), flavour)
     return ElementwiseKernel(module, backend, [str(s) for s in inputs], list(outputs))

@@ -14,18 +14,19 @@ cache):
                   per pair (i, j) for the kernel matrix; the dot products are loops in the thread;
 ``cuda-c``        the same kernels and layout in CUDA C (C99 printer) for a CuPy ``RawModule``.
 
-Generated functions (arrays float64, C order; Y (N, d) tokens, U (m, d), b_U (m,), W (d, m),
-b_W (d,)):
+Generated kernels, the same names and arguments in every flavour (arrays C order; Y (N, d) tokens,
+U (m, d), b_U (m,), W (d, m), b_W (d,)); each writes its result into ``out``, allocated by the caller:
 
-``features(Y, U, b_U[, out])``         Φ_ik = φ(⟨u_k, y_i⟩/√d + (b_U)_k)                    (N, m)
-``mlp_field(Y, U, b_U, W, b_W[, out])`` G^m(y_i) = (1/√m) W Φ_i + b_W                          (N, d)
-``zonal_kernel_matrix(X, d, sigma_u, sigma_w, coef[, out])``  k(⟨x_i, x_j⟩)                   (N, N)
+``features(Y, U, b_U, out)``                          Φ_ik = φ(⟨u_k, y_i⟩/√d + (b_U)_k)    (N, m)
+``mlp_field_from_features(H, W, b_W, out)``           G^m(y_i) = (1/√m) W H_i + b_W         (N, d)
+``zonal_kernel_matrix(X, d, sigma_u, sigma_w, coef, out)``  k(⟨x_i, x_j⟩)                   (N, N)
 
-(``[, out]``: the Numba and CUDA flavours write into ``out``.)  The CUDA flavours compute G^m in two
-launches, ``features`` into Φ (N, m), then ``mlp_field_from_features(H, W, b_W, out)``; the runners of
-:class:`transformer_limits.numeric.sphere.mlp_field.MLPFieldKernels` launch one thread per output
-entry through :meth:`transformer_limits.numeric.device_arrays.DeviceArrays.launch`.  CUDA C signatures append the
-sizes as ``long long`` (``N, m, D`` rows / features / columns; ``n_coef`` Mehler terms).
+G^m is two calls, ``features`` into Φ (N, m), then ``mlp_field_from_features(Φ, W, b_W, out)``;
+:class:`transformer_limits.numeric.sphere.mlp_field.MLPFieldKernels` runs them through
+:meth:`transformer_limits.numeric.runtime.Runtime.call` (on a GPU one thread per output entry).  Only
+the CUDA C kernels take the sizes, after the arguments, as ``long long`` (``sizes=`` of ``call``:
+``N, m, D`` rows / features / columns; ``N, D, n_coef`` for the kernel matrix, ``n_coef`` Mehler
+terms); the Python flavours read them from the shapes.
 
 ``k`` is evaluated through the correlation ``ρ(t) = (t/d + σ_U²)/(1/d + σ_U²)`` clamped to [−1, 1]:
 ReLU by the SymPy closed form ``(s²/2π)(√(1−ρ²) + (π − arccos ρ)ρ) + σ_W²``; every other activation
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from transformer_limits.numeric.flavours import CUDA_C, PYTHON_CUDA, PYTHON_NUMBA, PYTHON_NUMPY, flavour_named
 from transformer_limits.numeric.kernel_family import MLP_FIELD
 from transformer_limits.symbolic.codegen import code_block, indent, source_key
 from transformer_limits.symbolic.mlp_kernel import (
@@ -50,8 +52,7 @@ from transformer_limits.symbolic.mlp_kernel import (
 
 __all__ = ["mlp_field_kernel_source"]
 
-FLAVOURS = MLP_FIELD.flavours  # flavour -> file suffix
-_PRINTER = {"python-numpy": "numpy", "python-numba": "scalar", "python-cuda": "scalar", "cuda-c": "c"}
+FLAVOURS = MLP_FIELD.flavours  # flavour name -> Flavour record
 
 
 def _relu_kernel_of_rho() -> sp.Expr:
@@ -87,23 +88,23 @@ def _source_numpy(activation_name: str, phi, relu_k) -> str:
     # SymPy's NumPy printer leaves erf as math.erf (scalar only); use the vectorised ufunc
     phi_lines = [line.replace("math.erf(", "scipy.special.erf(") for line in phi.lines(P)]
     out = ["import math", "", "import numpy", "import scipy.special", "", "",
-           "def phi(pre):", '    """phi applied elementwise."""',
+           "def _phi(pre):", '    """phi applied elementwise (a helper, not a kernel: it returns its result)."""',
            indent(phi_lines, 1), "    # float32 stays float32 (the float32 NumPy path), the rest float64",
            "    dtype = numpy.float32 if numpy.asarray(pre).dtype == numpy.float32 else numpy.float64",
            "    return numpy.broadcast_to(h, numpy.shape(pre)).astype(dtype)", "", "",
-           "def features(Y, U, b_U):", '    """Phi_ik = phi(<u_k, y_i>/sqrt(d) + b_k), shape (N, m)."""',
-           "    return phi(Y @ U.T * (1.0 / math.sqrt(Y.shape[1])) + b_U[None, :])", "", "",
-           "def mlp_field(Y, U, b_U, W, b_W):", '    """G^m(y_i), shape (N, d)."""',
-           "    return features(Y, U, b_U) @ W.T * (1.0 / math.sqrt(U.shape[0])) + b_W[None, :]", "", "",
-           "def zonal_kernel_matrix(X, d, sigma_u, sigma_w, coef):",
+           "def features(Y, U, b_U, out):", '    """out = Phi, Phi_ik = phi(<u_k, y_i>/sqrt(d) + b_k), shape (N, m)."""',
+           "    out[...] = _phi(Y @ U.T * (1.0 / math.sqrt(Y.shape[1])) + b_U[None, :])", "", "",
+           "def mlp_field_from_features(H, W, b_W, out):", '    """out = G^m(y_i) = (1/sqrt(m)) W H_i + b_W, shape (N, d)."""',
+           "    out[...] = H @ W.T * (1.0 / math.sqrt(H.shape[1])) + b_W[None, :]", "", "",
+           "def zonal_kernel_matrix(X, d, sigma_u, sigma_w, coef, out):",
            '    """k(<x_i, x_j>), shape (N, N)."""',
            "    s2 = 1.0 / d + sigma_u * sigma_u",
            "    rho = numpy.clip((X @ X.T / d + sigma_u * sigma_u) / s2, -1.0, 1.0)"]
     if relu_k is not None:
-        out += [indent(relu_k.lines(P), 1), "    return numpy.broadcast_to(kv, rho.shape).copy()"]
+        out += [indent(relu_k.lines(P), 1), "    out[...] = numpy.broadcast_to(kv, rho.shape)"]
     else:
         out += ["    acc = numpy.zeros_like(rho)", "    for j in range(coef.shape[0] - 1, -1, -1):",
-                "        acc = acc * rho + coef[j]", "    return acc + sigma_w * sigma_w"]
+                "        acc = acc * rho + coef[j]", "    out[...] = acc + sigma_w * sigma_w"]
     return "\n".join(out) + "\n"
 
 
@@ -120,10 +121,8 @@ def _source_numba(activation_name: str, phi, relu_k) -> str:
            "            out[i, k] = _phi(pre[i, k] * scale + b_U[k])", "", "",
            "@numba.njit(cache=True)", "def features(Y, U, b_U, out):",
            "    _activate(numpy.dot(Y, U.T), b_U, 1.0 / math.sqrt(Y.shape[1]), out)", "", "",
-           "@numba.njit(cache=True)", "def mlp_field(Y, U, b_U, W, b_W, out):",
-           "    H = numpy.empty((Y.shape[0], U.shape[0]))",
-           "    _activate(numpy.dot(Y, U.T), b_U, 1.0 / math.sqrt(Y.shape[1]), H)",
-           "    G = numpy.dot(H, W.T)", "    inv_sqrt_m = 1.0 / math.sqrt(U.shape[0])",
+           "@numba.njit(cache=True)", "def mlp_field_from_features(H, W, b_W, out):",
+           "    G = numpy.dot(H, W.T)", "    inv_sqrt_m = 1.0 / math.sqrt(H.shape[1])",
            "    for i in range(G.shape[0]):", "        for a in range(G.shape[1]):",
            "            out[i, a] = G[i, a] * inv_sqrt_m + b_W[a]", "", "",
            dec, "def _zonal(T, d, sigma_u, sigma_w, coef, out):",
@@ -207,7 +206,7 @@ def _source_c(activation_name: str, phi, relu_k) -> str:
         ("mlp_field_from_features", f"{CIN}H, {CIN}W, {CIN}b_W, {COUT}out, const long long N, const long long m, "
                                     "const long long D", field),
         ("zonal_kernel_matrix", f"{CIN}X, const real d, const real sigma_u, const real sigma_w, {CIN}coef, "
-                                f"const long long n_coef, {COUT}out, const long long N, const long long D", zonal),
+                                f"{COUT}out, const long long N, const long long D, const long long n_coef", zonal),
     )
     out: list[str] = []  # `real` and the math constants come from cuda_c_program (kernel_family)
     for name, signature, body in kernels:
@@ -215,8 +214,8 @@ def _source_c(activation_name: str, phi, relu_k) -> str:
     return "\n".join(out)
 
 
-_EMITTERS = {"python-numpy": _source_numpy, "python-numba": _source_numba,
-             "python-cuda": _source_cuda, "cuda-c": _source_c}
+_EMITTERS = {PYTHON_NUMPY.name: _source_numpy, PYTHON_NUMBA.name: _source_numba,
+             PYTHON_CUDA.name: _source_cuda, CUDA_C.name: _source_c}
 
 
 def mlp_field_kernel_source(activation: str, flavour: str) -> tuple[str, str]:
@@ -228,8 +227,8 @@ def mlp_field_kernel_source(activation: str, flavour: str) -> tuple[str, str]:
         raise ValueError(f"unknown kernel flavour {flavour!r} (known: {', '.join(FLAVOURS)})")
     blocks = _blocks(activation_name)  # once: the SymPy work of a cache miss
     body = _EMITTERS[flavour](activation_name, *blocks)
-    comment = "//" if flavour == "cuda-c" else "#"
+    comment = flavour_named(flavour).comment
     source = "\n".join(_header(activation_name, flavour, comment)) + "\n" + body
     fingerprints = [b.fingerprint() for b in blocks if b is not None]
-    key = source_key(fingerprints, _PRINTER[flavour], body)
-    return f"mlp_field_{activation_name}_{flavour.replace('-', '_')}_{key}{FLAVOURS[flavour]}", source
+    key = source_key(fingerprints, flavour_named(flavour).printer, body)
+    return f"mlp_field_{activation_name}_{flavour.replace('-', '_')}_{key}{flavour_named(flavour).suffix}", source

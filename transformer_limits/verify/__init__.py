@@ -61,6 +61,7 @@ _EXPORTS = {
     # experiments
     "Experiment": "experiment",
     "ExperimentConfig": "experiment",
+    "run_settings": "experiment",
     "PrecisionError": "experiment",
     "ExperimentResult": "experiment",
     "Figure": "experiment",
@@ -73,7 +74,6 @@ _EXPORTS = {
     "missing_requirement": "running",
     "run_experiment": "running",
     "run_points": "running",
-    "device_backend": "running",
     "jsonable_settings": "running",
     "RateSeries": "rate.plots",
     "rate_figure": "rate.plots",

@@ -104,11 +104,12 @@ class CheckSpec:
             return verdicts.rate_at_least(fit, claimed, alpha, alternative=self.alternative)
         return verdicts.exponent_equals(fit, claimed, alpha, tolerance=tolerance, alternative=self.alternative)
 
-    def decide(self, estimate: Any, *, claim: str = "", sides: str = "") -> Any:
+    def decide(self, estimate: Any, *, claim: str = "", sides: str = "", member_claim: str = "") -> Any:
         """The :class:`~transformer_limits.verify.verdicts.Check` of this declaration on ``estimate``:
         a fit (``family`` None) or a mapping label -> fit (``family="bonferroni"``: each member at
         α/n, combined by ``verdicts.bonferroni_family``, ``sides``
-        describing the members).  The check carries the declared name, ``claim`` (else the declared
+        describing the members, ``member_claim`` their claim when the verdict's own text is not the
+        one to state).  The check carries the declared name, ``claim`` (else the declared
         claim, else the verdict's own text) and its power against the declared alternative."""
         if not self.executable:
             raise ValueError(f"check {self.name} is not executable: verdict {self.verdict!r} with claimed "
@@ -126,6 +127,8 @@ class CheckSpec:
 
         labels = [str(k) for k in estimate]
         members = [self._decide_one(fit, alpha / len(labels)) for fit in estimate.values()]
+        for member in members:
+            member.claim = member_claim or member.claim
         return bonferroni_family(self.name, claim or self.claim or members[0].claim, self.claimed, members, alpha,
                                  sides or f"{members[0].statistics['sides']}, each at α/{len(labels)}", labels)
 

@@ -19,12 +19,14 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-from transformer_limits.numeric.devices import DEVICES
+from transformer_limits.numeric.devices import DEVICES, RunTarget
+from transformer_limits.numeric.kernel_family import KernelFamily
 from transformer_limits.numeric.precision import PRECISIONS
 from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.verdicts import Check
 
-__all__ = ["EXPERIMENT_NAME", "Experiment", "ExperimentConfig", "ExperimentResult", "Figure", "PrecisionError", "PROFILES"]
+__all__ = ["EXPERIMENT_NAME", "Experiment", "ExperimentConfig", "ExperimentResult", "Figure", "PrecisionError", "PROFILES",
+           "run_settings", "run_target"]
 
 PROFILES = ("quick", "full")
 #: what an experiment name may be: it is a folder name in reports (never "", ".", ".." or a path)
@@ -38,10 +40,13 @@ class ExperimentConfig:
     whether to show tqdm bars (on stderr), ``scheduler`` an optional dask.distributed address,
     ``store`` an optional SQLite sweep store path (resumable sweeps), ``device`` where the kernels
     run: ``cpu`` (default), ``cuda`` or ``auto``
-    (``transformer_limits.numeric.devices.resolve_device``; ``run_experiment`` resolves it, so
+    (``transformer_limits.numeric.devices.RunTarget.resolve``; ``run_experiment`` resolves it, so
     ``run`` sees ``cpu`` or ``cuda``), ``precision`` the floating-point precision of the simulations:
     ``float64`` (default) or ``float32`` (where the experiment declares it in
-    ``Experiment.precisions``; else it runs in float64 and says so)."""
+    ``Experiment.precisions``; else it runs in float64 and says so).  ``target`` is the
+    :class:`~transformer_limits.numeric.devices.RunTarget` ``run_experiment`` resolved (device,
+    precision and the backend of each kernel family the experiment declares in ``Experiment.kernels``);
+    ``run`` reads backends from it (:func:`run_settings`), never resolves a device itself."""
 
     profile: str = "quick"
     seed: int = 0
@@ -51,6 +56,7 @@ class ExperimentConfig:
     store: str | None = None
     device: str = "cpu"
     precision: str = "float64"
+    target: RunTarget | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -64,9 +70,40 @@ class ExperimentConfig:
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
         object.__setattr__(self, "seed", int(self.seed))
+        if self.target is not None and not isinstance(self.target, RunTarget):
+            raise ValueError(f"target must be a RunTarget or None, got {type(self.target).__name__}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("target")  # recorded in provenance (device, device_reason, backends)
+        return out
+
+
+def run_target(config: ExperimentConfig, kernels: Mapping[str, KernelFamily] = {},
+               settings: Mapping[str, Any] | None = None) -> RunTarget:
+    """The run target of ``config``: ``config.target`` (set by ``run_experiment``), else, for a ``run``
+    called directly, ``config.device`` / ``config.precision`` resolved with the families of
+    ``kernels`` (settings key -> family) on the backends ``settings`` name."""
+    if config.target is not None:
+        return config.target
+    named = settings or {}
+    return RunTarget.resolve(config.device, config.precision).with_kernels(
+        {fam: named.get(key) for key, fam in kernels.items()})
+
+
+def run_settings(config: ExperimentConfig, settings: Mapping[str, Any],
+                 kernels: Mapping[str, KernelFamily]) -> dict[str, Any]:
+    """``settings`` as a run uses them on its target: each key of ``kernels`` (settings key -> kernel
+    family, as the experiment declares in ``Experiment.kernels``) names the backend the target chose
+    for that family (on ``cpu`` in float64 the settings' own, so a cpu run is the profile's run bit for
+    bit), and ``precision`` is added for a float32 run."""
+    target = run_target(config, kernels, settings)
+    out = dict(settings)
+    for key, fam in kernels.items():
+        out[key] = target.backend(fam)
+    if target.precision != "float64":
+        out["precision"] = target.precision
+    return out
 
 
 @dataclass
@@ -184,6 +221,9 @@ class Experiment:
         precision_probe  probe(config) -> PrecisionError: one representative simulation of the
                      profile in float32 and in float64, compared; run_experiment records it for
                      every float32 run (provenance.precision_error and a note in the report)
+        kernels      settings key -> KernelFamily: the kernel families run() calls and the key of its
+                     settings that names the CPU backend of each; run_experiment resolves their
+                     backends on the run's device once (config.target) and records them
     """
 
     name: str
@@ -199,6 +239,7 @@ class Experiment:
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     precisions: tuple[str, ...] = ("float64",)
     precision_probe: Callable[[ExperimentConfig], "PrecisionError"] | None = None
+    kernels: Mapping[str, KernelFamily] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.name, str) and EXPERIMENT_NAME.fullmatch(self.name)):
@@ -220,6 +261,13 @@ class Experiment:
         if twice:
             raise ValueError(f"checks declares {', '.join(twice)} more than once")
         object.__setattr__(self, "checks", specs)
+        for key, fam in dict(self.kernels).items():
+            if not isinstance(fam, KernelFamily):
+                raise ValueError(f"kernels must map settings keys to KernelFamily objects, got {key!r}: {fam!r}")
+            for profile, s in self.settings.items():
+                if key not in s:
+                    raise ValueError(f"experiment {self.name!r}: kernels names the setting {key!r}, which "
+                                     f"the {profile} settings lack")
 
     @property
     def check_names(self) -> tuple[str, ...]:

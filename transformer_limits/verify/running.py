@@ -7,7 +7,8 @@ declares, so that no experiment repeats it: the result must report exactly the d
 a claim text gets the declared one, and the provenance gets the base seed, the profile's settings
 (``Experiment.settings``), the device and the wall time.  :func:`run_points` is how an experiment
 evaluates a grid of points (processes, dask, a resumable store: docs/sweeps.md);
-:func:`device_backend` is how it picks the backend of a kernel family on ``config.device``.
+the backends of its kernel families come resolved in ``config.target``
+(:func:`transformer_limits.verify.experiment.run_settings`).
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ import importlib.util
 import tempfile
 import time
 import traceback
-from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from transformer_limits.errors import EnvironmentFailure, InputError
 from transformer_limits.jsonable import jsonable
-from transformer_limits.numeric.devices import BackendChoice, DeviceChoice, choose_backend, resolve_device
-from transformer_limits.numeric.kernel_family import KernelFamily
+from transformer_limits.numeric.devices import RunTarget
 from transformer_limits.verify.check_spec import apply_declarations, declaration_errors
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
 from transformer_limits.verify.registry import source_of, worker_safe
@@ -34,11 +33,7 @@ from transformer_limits.verify.result_validation import result_errors
 if TYPE_CHECKING:  # pragma: no cover
     from transformer_limits.verify.sweeps import SweepResult
 
-__all__ = ["REQUIREMENT_HINTS", "device_backend", "jsonable_settings", "missing_requirement", "run_experiment",
-           "run_points"]
-
-#: the backend choices (device_backend) of the experiment run_experiment is running, else None
-_CHOICES: ContextVar[list[BackendChoice] | None] = ContextVar("transformer_limits_backend_choices", default=None)
+__all__ = ["REQUIREMENT_HINTS", "jsonable_settings", "missing_requirement", "run_experiment", "run_points"]
 
 
 #: why an experiment cannot run without a module, and how to get it (module -> text)
@@ -69,7 +64,8 @@ _ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
 
 
 def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
-                   device: str | None = None, precision: str | None = None) -> ExperimentResult:
+                   device: str | None = None, precision: str | None = None,
+                   target: RunTarget | None = None) -> ExperimentResult:
     """Run ``experiment`` under ``config``; a crash *inside* the experiment is recorded, not raised.
 
     An exception in ``experiment.run`` gives a result with ``error`` set (one line), no checks and
@@ -91,12 +87,15 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
     module missing here is not started: ``InputError`` with the line of :func:`missing_requirement`
     (``verify`` exits 2; ``report`` skips it first).
 
-    ``device`` (``cpu`` | ``cuda`` | ``auto``) replaces ``config.device``; it is resolved
-    (``transformer_limits.numeric.devices.resolve_device``) before the run, ``cuda`` where no
-    CUDA backend is usable being an ``InputError`` (nothing runs), and ``run`` gets the config with
-    the resolved ``cpu`` or ``cuda``.  Provenance: ``device`` and ``device_reason``; ``backends``
-    (kernel family -> ``{backend, reason}``) for every ``device_backend`` choice of the run, and a
-    note for each family that ran on the CPU although ``cuda`` was asked.
+    ``target`` is a :class:`~transformer_limits.numeric.devices.RunTarget` already resolved by the
+    caller (the CLI resolves one for all its experiments); else ``device`` (``cpu`` | ``cuda`` |
+    ``auto``, replacing ``config.device``) and ``precision`` are resolved here
+    (``RunTarget.resolve``), ``cuda`` where no CUDA backend is usable being an ``InputError`` (nothing
+    runs).  The target gets the backends of the kernel families the experiment declares
+    (``Experiment.kernels``, on the CPU backends its profile's settings name) and ``run`` gets the
+    config with the resolved ``cpu`` or ``cuda`` and ``config.target``.  Provenance: ``device`` and
+    ``device_reason``; ``backends`` (kernel family -> ``{backend, reason}``) for every declared family,
+    and a note for each family that runs on the CPU although ``cuda`` was asked.
 
     ``precision`` (``float64`` | ``float32``) replaces ``config.precision``.  An experiment that does
     not declare float32 (``Experiment.precisions``) runs in float64 and a note says so
@@ -109,18 +108,24 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
             config = dataclasses.replace(config, device=device)  # ValueError naming device
         if precision is not None:
             config = dataclasses.replace(config, precision=precision)  # ValueError naming precision
-        where = resolve_device(config.device)
+        if target is None and device is None and precision is None:
+            target = config.target  # resolved by the caller (the CLI), passed down
+        if target is None:
+            target = RunTarget.resolve(config.device, config.precision)
+        elif not isinstance(target, RunTarget):
+            raise ValueError(f"target must be a RunTarget, got {type(target).__name__}")
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    requested = config.precision
+    requested = target.precision
     used = requested if requested in experiment.precisions else "float64"
-    config = dataclasses.replace(config, device=where.device, precision=used)
+    settings = experiment.settings.get(config.profile, {})
+    target = target.with_precision(used).with_kernels(
+        {fam: settings.get(key) for key, fam in experiment.kernels.items()})
+    config = dataclasses.replace(config, device=target.device, precision=used, target=target)
     why = missing_requirement(experiment)
     if why is not None:
         raise InputError(f"experiment {experiment.name} cannot run here: {why}")
     start = time.perf_counter()
-    choices: list[BackendChoice] = []
-    token = _CHOICES.set(choices)
     try:
         result = experiment.run(config)
         if not isinstance(result, ExperimentResult):
@@ -150,10 +155,8 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
                 result.error = "; ".join(errors)
             elif used == "float32":
                 _record_precision_error(result, experiment, config)
-    finally:
-        _CHOICES.reset(token)
     _record_provenance(result, experiment, config, time.perf_counter() - start)
-    _record_device(result, where, choices)
+    _record_device(result, target)
     result.provenance["precision"] = used
     if used != requested:
         result.provenance["precision_requested"] = requested
@@ -179,31 +182,16 @@ def _record_precision_error(result: ExperimentResult, experiment: Experiment, co
                         f"{err.max_rel:.2e} relative ({err.max_abs:.2e} absolute)")
 
 
-def device_backend(config: ExperimentConfig, family: KernelFamily | str, backend: str) -> str:
-    """The backend for kernel family ``family`` of an experiment whose settings name ``backend`` (a CPU
-    backend), on ``config.device``: ``backend`` itself on ``cpu`` (so a cpu run is today's run, bit
-    for bit); on ``cuda`` the family's GPU backend where it has a usable one
-    (:func:`~transformer_limits.numeric.devices.choose_backend`), else ``backend`` on the CPU, which
-    the provenance and a note of the result say.  Under :func:`run_experiment` the choice and its
-    reason go to ``provenance.backends``.  At ``config.precision`` float32 a float64-only ``backend``
-    (numba) is replaced by a float32 one (numpy or blas on the CPU, cupy on cuda)."""
-    choice = choose_backend(config.device, family, cpu_backend=backend, precision=config.precision)
-    collected = _CHOICES.get()
-    if collected is not None:
-        collected.append(choice)
-    return choice.backend
-
-
-def _record_device(result: ExperimentResult, where: DeviceChoice, choices: list[BackendChoice]) -> None:
+def _record_device(result: ExperimentResult, target: RunTarget) -> None:
     """The resolved device, its reason and the backend choices of the run (provenance and notes)."""
     prov = result.provenance
-    prov["device"], prov["device_reason"] = where.device, where.reason
-    if choices:
+    prov["device"], prov["device_reason"] = target.device, target.reason
+    if target.choices:
         backends = prov.setdefault("backends", {})
-        for c in choices:
+        for c in target.choices:
             backends[c.family] = {"backend": c.backend, "reason": c.reason}
-    for c in {c.family: c for c in choices if c.fallback}.values():
-        result.notes.append(f"device {where.device}: {c.reason}")
+    for c in target.fallbacks:
+        result.notes.append(f"device {target.device}: {c.reason}")
 
 
 def _record_provenance(result: ExperimentResult, experiment: Experiment, config: ExperimentConfig,

@@ -155,11 +155,17 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
 
 
 @numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
-def adjoint(PC, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, XJ, XL):
+def adjoint(PC, Qs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, XJ):
     H = QF.shape[0]
     N = QF.shape[1]
     T = KBP.shape[0]
     for t in numba.prange(T):
+        for h in range(H):
+            for j in range(N):
+                KBP[t, h, 0, j] = 0.0
+                KBP[t, h, 1, j] = 0.0
+                VBP[t, h, 0, j] = 0.0
+                VBP[t, h, 1, j] = 0.0
         PR = numpy.empty((4, N))
         SR = numpy.empty((4, N))
         QR = numpy.empty((4, 2))
@@ -300,6 +306,41 @@ def adjoint(PC, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBA
                     p_r3 = PR[3, j]
                     dv_1_r3 = g_1_r3*p_r3
                     VBP[t, h, 1, j] += dv_1_r0 + dv_1_r1 + dv_1_r2 + dv_1_r3
+
+
+@numba.njit(parallel=True, cache=True, fastmath=False)
+def finish(KBP, VBP, Ks, Vs, XJ, lions, KBT, VBT, XB):
+    T = KBP.shape[0]
+    H = KBP.shape[1]
+    N = KBP.shape[3]
+    NB = (N + 511) // 512
+    for task in numba.prange(H * NB):
+        h = task // NB
+        j0 = (task - h * NB) * 512
+        j1 = min(N, j0 + 512)
+        for j in range(j0, j1):
+            KBT[h, 0, j] = KBP[0, h, 0, j]
+        for j in range(j0, j1):
+            KBT[h, 1, j] = KBP[0, h, 1, j]
+        for j in range(j0, j1):
+            VBT[h, 0, j] = VBP[0, h, 0, j]
+        for j in range(j0, j1):
+            VBT[h, 1, j] = VBP[0, h, 1, j]
+        for t in range(1, T):
+            for j in range(j0, j1):
+                KBT[h, 0, j] += KBP[t, h, 0, j]
+            for j in range(j0, j1):
+                KBT[h, 1, j] += KBP[t, h, 1, j]
+            for j in range(j0, j1):
+                VBT[h, 0, j] += VBP[t, h, 0, j]
+            for j in range(j0, j1):
+                VBT[h, 1, j] += VBP[t, h, 1, j]
+    for jb in numba.prange(NB):
+        j0 = jb * 512
+        j1 = min(N, j0 + 512)
+        for j in range(j0, j1):
+            XB[j, 0] = XJ[j, 0]
+            XB[j, 1] = XJ[j, 1]
         if lions:
             for h in range(H):
                 K_0_0 = Ks[h, 0, 0]
@@ -310,12 +351,12 @@ def adjoint(PC, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBA
                 V_0_1 = Vs[h, 0, 1]
                 V_1_0 = Vs[h, 1, 0]
                 V_1_1 = Vs[h, 1, 1]
-                for j in range(N):
-                    kb_0 = KBP[t, h, 0, j]
-                    kb_1 = KBP[t, h, 1, j]
-                    vb_0 = VBP[t, h, 0, j]
-                    vb_1 = VBP[t, h, 1, j]
+                for j in range(j0, j1):
+                    kb_0 = KBT[h, 0, j]
+                    kb_1 = KBT[h, 1, j]
+                    vb_0 = VBT[h, 0, j]
+                    vb_1 = VBT[h, 1, j]
                     xl_0 = K_0_0*kb_0 + K_1_0*kb_1 + V_0_0*vb_0 + V_1_0*vb_1
                     xl_1 = K_0_1*kb_0 + K_1_1*kb_1 + V_0_1*vb_0 + V_1_1*vb_1
-                    XL[t, 0, j] += xl_0
-                    XL[t, 1, j] += xl_1
+                    XB[j, 0] += xl_0
+                    XB[j, 1] += xl_1

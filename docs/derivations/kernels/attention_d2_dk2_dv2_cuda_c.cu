@@ -36,7 +36,7 @@ extern "C" __global__ void key_features(const real* __restrict__ Y, const real* 
     UF[j * 2 + 1] = u_1;
 }
 
-extern "C" __global__ void forward(const real* __restrict__ X, const real* __restrict__ w, const real* __restrict__ Q, const real* __restrict__ KF, const real* __restrict__ VF, real* __restrict__ A, real* __restrict__ LOGZ, const long long N, const long long M)
+extern "C" __global__ void forward(const real* __restrict__ X, const real* __restrict__ w, const real* __restrict__ Q, const real* __restrict__ K, const real* __restrict__ V, const real* __restrict__ KF, const real* __restrict__ VF, real* __restrict__ A, real* __restrict__ LOGZ, const long long N, const long long M)
 {
     const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;
     if (i >= N) return;
@@ -72,7 +72,7 @@ extern "C" __global__ void forward(const real* __restrict__ X, const real* __res
     LOGZ[i] = m + log(s);
 }
 
-extern "C" __global__ void jacobian(const real* __restrict__ X, const real* __restrict__ w, const real* __restrict__ Q, const real* __restrict__ KF, const real* __restrict__ VF, const real* __restrict__ UF, const real* __restrict__ A, const real* __restrict__ LOGZ, real* __restrict__ J, const long long N, const long long M)
+extern "C" __global__ void jacobian(const real* __restrict__ X, const real* __restrict__ w, const real* __restrict__ Q, const real* __restrict__ K, const real* __restrict__ V, const real* __restrict__ KF, const real* __restrict__ VF, const real* __restrict__ UF, const real* __restrict__ A, const real* __restrict__ LOGZ, real* __restrict__ J, const long long N, const long long M)
 {
     const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;
     if (i >= N) return;
@@ -161,7 +161,7 @@ extern "C" __global__ void lions_derivative(const real* __restrict__ X, const re
     LIONS[((i * M + j) * 2 + 1) * 2 + 1] = lions_1_1;
 }
 
-extern "C" __global__ void flat_derivative(const real* __restrict__ X, const real* __restrict__ Q, const real* __restrict__ KF, const real* __restrict__ VF, const real* __restrict__ A, const real* __restrict__ LOGZ, real* __restrict__ FLAT, const long long N, const long long M)
+extern "C" __global__ void flat_derivative(const real* __restrict__ X, const real* __restrict__ Q, const real* __restrict__ K, const real* __restrict__ V, const real* __restrict__ KF, const real* __restrict__ VF, const real* __restrict__ A, const real* __restrict__ LOGZ, real* __restrict__ FLAT, const long long N, const long long M)
 {
     const long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;
     const long long j = (long long)blockDim.y * blockIdx.y + threadIdx.y;

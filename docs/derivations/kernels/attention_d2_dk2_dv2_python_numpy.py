@@ -7,7 +7,7 @@ import math
 import numpy
 
 
-def key_features(Y, Q, K, V):
+def key_features(Y, Q, K, V, KF, VF, UF):
     """Per-key features: KF = Y K^T (M, d_k), VF = Y V^T (M, d_v), UF = Y K^T Q (M, d)."""
     Q_0_0 = Q[0, 0]
     Q_0_1 = Q[0, 1]
@@ -31,11 +31,12 @@ def key_features(Y, Q, K, V):
     v_1 = V_1_0*y_0 + V_1_1*y_1
     u_0 = Q_0_0*_k0 + Q_1_0*_k1
     u_1 = Q_0_1*_k0 + Q_1_1*_k1
-    shape = (Y.shape[0],)
-    KF = numpy.stack([numpy.broadcast_to(k, shape) for k in (k_0, k_1,)], axis=1)
-    VF = numpy.stack([numpy.broadcast_to(v, shape) for v in (v_0, v_1,)], axis=1)
-    UF = numpy.stack([numpy.broadcast_to(u, shape) for u in (u_0, u_1,)], axis=1)
-    return KF, VF, UF
+    KF[:, 0] = k_0
+    KF[:, 1] = k_1
+    VF[:, 0] = v_0
+    VF[:, 1] = v_1
+    UF[:, 0] = u_0
+    UF[:, 1] = u_1
 
 
 def _logits(X, Q, K, V, KF):
@@ -61,15 +62,15 @@ def _logits(X, Q, K, V, KF):
     return logit
 
 
-def forward(X, w, Q, K, V, KF, VF):
+def forward(X, w, Q, K, V, KF, VF, A, LOGZ):
     """A (N, d_v) and log Z (N,) by a max-shifted softmax over the M atoms."""
     logit = _logits(X, Q, K, V, KF)
     # zero-weight atoms must not set the shift (their exponentials could underflow Z to 0)
     m = numpy.where(w[None, :] > 0, logit, -numpy.inf).max(axis=1, keepdims=True)
     e = w[None, :] * numpy.exp(numpy.where(w[None, :] > 0, logit - m, -numpy.inf))  # no 0 * inf
     s = e.sum(axis=1)
-    A = (e @ VF) / s[:, None]
-    return A, m[:, 0] + numpy.log(s)
+    A[...] = (e @ VF) / s[:, None]
+    LOGZ[...] = m[:, 0] + numpy.log(s)
 
 
 def _pair_setup(X, Q, K, V, KF, VF, A, LOGZ):
@@ -77,7 +78,7 @@ def _pair_setup(X, Q, K, V, KF, VF, A, LOGZ):
     return p
 
 
-def jacobian(X, w, Q, K, V, KF, VF, UF, A, LOGZ):
+def jacobian(X, w, Q, K, V, KF, VF, UF, A, LOGZ, J):
     """grad_x A(x_i, mu): (N, d_v, d)."""
     p = _pair_setup(X, Q, K, V, KF, VF, A, LOGZ)
     Q_0_0 = Q[0, 0]
@@ -104,15 +105,13 @@ def jacobian(X, w, Q, K, V, KF, VF, UF, A, LOGZ):
     jac_0_1 = _j0*u_1
     jac_1_0 = _j1*u_0
     jac_1_1 = _j1*u_1
-    J = numpy.empty((X.shape[0], 2, 2))
     J[:, 0, 0] = (numpy.broadcast_to(jac_0_0, p.shape) * w[None, :]).sum(axis=1)
     J[:, 0, 1] = (numpy.broadcast_to(jac_0_1, p.shape) * w[None, :]).sum(axis=1)
     J[:, 1, 0] = (numpy.broadcast_to(jac_1_0, p.shape) * w[None, :]).sum(axis=1)
     J[:, 1, 1] = (numpy.broadcast_to(jac_1_1, p.shape) * w[None, :]).sum(axis=1)
-    return J
 
 
-def lions_derivative(X, Q, K, V, KF, VF, A, LOGZ):
+def lions_derivative(X, Q, K, V, KF, VF, A, LOGZ, LIONS):
     """d_mu A(x_i, mu)(y_j): (N, M, d_v, d)."""
     p = _pair_setup(X, Q, K, V, KF, VF, A, LOGZ)
     Q_0_0 = Q[0, 0]
@@ -143,15 +142,13 @@ def lions_derivative(X, Q, K, V, KF, VF, A, LOGZ):
     lions_0_1 = p*(V_0_1 + _g0*r_1)
     lions_1_0 = p*(V_1_0 + _g1*r_0)
     lions_1_1 = p*(V_1_1 + _g1*r_1)
-    out = numpy.empty((X.shape[0], KF.shape[0], 2, 2))
-    out[:, :, 0, 0] = lions_0_0
-    out[:, :, 0, 1] = lions_0_1
-    out[:, :, 1, 0] = lions_1_0
-    out[:, :, 1, 1] = lions_1_1
-    return out
+    LIONS[:, :, 0, 0] = lions_0_0
+    LIONS[:, :, 0, 1] = lions_0_1
+    LIONS[:, :, 1, 0] = lions_1_0
+    LIONS[:, :, 1, 1] = lions_1_1
 
 
-def flat_derivative(X, Q, K, V, KF, VF, A, LOGZ):
+def flat_derivative(X, Q, K, V, KF, VF, A, LOGZ, FLAT):
     """dA/dmu(x_i, mu)(y_j): (N, M, d_v)."""
     p = _pair_setup(X, Q, K, V, KF, VF, A, LOGZ)
     Q_0_0 = Q[0, 0]
@@ -172,7 +169,5 @@ def flat_derivative(X, Q, K, V, KF, VF, A, LOGZ):
     v_1 = VF[None, :, 1]
     flat_0 = p*(-A_0 + v_0)
     flat_1 = p*(-A_1 + v_1)
-    out = numpy.empty((X.shape[0], KF.shape[0], 2))
-    out[:, :, 0] = flat_0
-    out[:, :, 1] = flat_1
-    return out
+    FLAT[:, :, 0] = flat_0
+    FLAT[:, :, 1] = flat_1

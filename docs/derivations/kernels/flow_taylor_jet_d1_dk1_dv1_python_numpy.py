@@ -6,8 +6,8 @@ import math
 import numpy
 
 
-def jet(X, DX, Y, DY, w, Q, K, V):
-    """A, dA/ds, d^2A/ds^2 along x_i + s DX_i, y_j + s DY_j at s = 0: (N, d_v) each."""
+def jet(X, DX, Y, DY, w, Q, K, V, A0, A1, A2):
+    """A, dA/ds, d^2A/ds^2 along x_i + s DX_i, y_j + s DY_j at s = 0, into A0, A1, A2 (N, d_v)."""
     Q_0_0 = Q[0, 0]
     K_0_0 = K[0, 0]
     V_0_0 = V[0, 0]
@@ -38,7 +38,6 @@ def jet(X, DX, Y, DY, w, Q, K, V):
     jet0_0 = p*v_0
     jet1_0 = p*(lc*v_0 + vd_0)
     jet2_0 = p*(2.0*lc*vd_0 + v_0*(e2 + (lc*lc)))
-    A0 = numpy.stack([numpy.broadcast_to(jet0_0, shape).sum(axis=1)], axis=1)
-    A1 = numpy.stack([numpy.broadcast_to(jet1_0, shape).sum(axis=1)], axis=1)
-    A2 = numpy.stack([numpy.broadcast_to(jet2_0, shape).sum(axis=1)], axis=1)
-    return A0, A1, A2
+    A0[:, 0] = numpy.broadcast_to(jet0_0, shape).sum(axis=1)
+    A1[:, 0] = numpy.broadcast_to(jet1_0, shape).sum(axis=1)
+    A2[:, 0] = numpy.broadcast_to(jet2_0, shape).sum(axis=1)

@@ -19,8 +19,8 @@ derivative, which contains the spatial Hessian, the mixed and grad_z Lions terms
 derivative of the derivation — evaluated by the generated *jet* kernel
 (:mod:`transformer_limits.symbolic.flow_taylor_kernels`): the softmax jet along x_i + s v^i with every
 atom moving as y_j + s v^j (no finite differences anywhere).  :func:`attention_jet` runs that kernel on any
-backend of its flavours (python-numpy, python-numba, python-cuda, cuda-c; a table of runners, host arrays
-in and out), and every ``backend=`` below reaches both the attention and the jet kernels.
+backend of its flavours (python-numpy, python-numba, python-cuda, cuda-c; one calling convention, run
+through :class:`~transformer_limits.numeric.runtime.Runtime`, host arrays in and out), and every ``backend=`` below reaches both the attention and the jet kernels.
 
 Reference: the same field integrated by classical RK4 with ``reference_steps`` steps over [0, h]
 (global error ~ h (h/steps)^4, far below the order-3 remainder ~ h^4 for the default 32 steps).
@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from transformer_limits.numeric.attention.kernels import attention_kernels
-from transformer_limits.numeric.device_arrays import DeviceArrays
+from transformer_limits.numeric.runtime import Runtime
 from transformer_limits.numeric.kernel_family import FLOW_TAYLOR_JET
 from transformer_limits.resource_limits import check_kernel_dimensions
 
@@ -111,36 +111,13 @@ def _jet_module(d: int, d_k: int, d_v: int, backend: str = "numpy"):
     return FLOW_TAYLOR_JET.load(backend, d=int(d), d_k=int(d_k), d_v=int(d_v))
 
 
-def _jet_numpy(m, args, out_shape, backend):
-    return m.jet(*args)
-
-
-def _jet_numba(m, args, out_shape, backend):
-    out = tuple(np.empty(out_shape) for _ in range(3))
-    m.jet(*args, *out)
-    return out
-
-
-def _jet_gpu(m, args, out_shape, backend):
-    """python-cuda and cuda-c: one thread per query row i; the cuda-c kernel also takes N, M."""
-    dev = DeviceArrays(backend)
-    out = tuple(dev.empty(out_shape) for _ in range(3))
-    sizes = (out_shape[0], args[2].shape[0]) if dev.flavour == "cuda-c" else ()
-    dev.launch(m, "jet", out_shape[0], *(dev.put(a) for a in args), *out, *sizes)
-    return tuple(dev.get(a) for a in out)
-
-
-#: how each generated flavour of the jet kernel is called: host arrays in, host (A0, A1, A2) out
-_JET_RUNNERS = {"python-numpy": _jet_numpy, "python-numba": _jet_numba, "python-cuda": _jet_gpu, "cuda-c": _jet_gpu}
-
-
 def attention_jet(X: np.ndarray, DX: np.ndarray, Y: np.ndarray, DY: np.ndarray, w: np.ndarray, Q: np.ndarray,
                   K: np.ndarray, V: np.ndarray, *,
                   backend: str = "numpy") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(A, dA/ds, d^2A/ds^2) at s = 0 of A(x_i + s DX_i, sum_j w_j delta_{y_j + s DY_j}) for one head
     (docs/theory.md §A.3), each (N, d_v), by the generated jet kernel of ``backend``.  X, DX (N, d);
     Y, DY (M, d); w (M,); Q, K (d_k, d); V (d_v, d)."""
-    flavour = FLOW_TAYLOR_JET.resolve(backend).flavour
+    FLOW_TAYLOR_JET.resolve(backend)  # ValueError naming an unknown or unusable backend
     args = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (X, DX, Y, DY, w, Q, K, V))
     X, DX, Y, DY, w, Q, K, V = args
     if Q.ndim != 2:
@@ -154,7 +131,14 @@ def attention_jet(X: np.ndarray, DX: np.ndarray, Y: np.ndarray, DY: np.ndarray, 
     if K.shape != (d_k, d) or V.ndim != 2 or V.shape[1] != d:
         raise ValueError(f"K must have shape {(d_k, d)} and V (d_v, {d}); got {K.shape}, {V.shape}")
     module = _jet_module(d, d_k, V.shape[0], backend)
-    return _JET_RUNNERS[flavour](module, args, (X.shape[0], V.shape[0]), backend)
+    # one path for every flavour: the outputs allocated on the backend's runtime and written in place
+    # by the kernel (one thread per query row on a GPU); on the host put/get are casts
+    rt = Runtime(backend)
+    N, M = X.shape[0], Y.shape[0]
+    out = tuple(rt.empty((N, V.shape[0])) for _ in range(3))
+    rt.call(module, "jet", N, *(rt.put(a) for a in args), *out, sizes=(N, M))
+    A0, A1, A2 = (rt.get(a) for a in out)
+    return A0, A1, A2
 
 
 def _state(X: Any, heads: FrozenHeads) -> np.ndarray:

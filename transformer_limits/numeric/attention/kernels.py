@@ -22,14 +22,12 @@ from typing import Any
 import numpy as np
 
 from transformer_limits.numeric.attention.reference import check_magnitudes
-from transformer_limits.numeric.device_arrays import DeviceArrays
+from transformer_limits.numeric.flavours import PYTHON_NUMPY
+from transformer_limits.numeric.runtime import Runtime
 from transformer_limits.numeric.kernel_family import ATTENTION, load_source
 from transformer_limits.resource_limits import check_kernel_dimensions, check_memory
 
 __all__ = ["AttentionKernels", "attention_kernels", "multi_head_field"]
-
-_THREADS_2D = (16, 16)  # blocks of the pair kernels (lions, flat); 1-D launches: device_arrays.THREADS
-
 
 def _as_f64(name: str, a: Any, ndim: int) -> np.ndarray:
     arr = np.ascontiguousarray(a, dtype=np.float64)
@@ -88,78 +86,32 @@ class AttentionKernels:
             per_pair = self.d_v * (self.d if kind == "lions" else 1)
             # NumPy flavour: broadcast temporaries of the output's size (x3); other backends: the output
             shape = (N, M, self.d_v, self.d)[:4 if kind == "lions" else 3]
-            check_memory((3 if self.flavour == "python-numpy" else 1) * 8 * N * M * per_pair,
+            check_memory((3 if self.flavour is PYTHON_NUMPY else 1) * 8 * N * M * per_pair,
                          f"X, Y with {N} x {M} rows ({kind} derivative of shape {shape})")
-        return self._RUNNERS[self.flavour](self, kind, X, Y, Q, K, V, w)
+        return self._launch(kind, X, Y, Q, K, V, w)
 
-    def _run_numpy(self, kind, X, Y, Q, K, V, w):
-        m = self._module
-        KF, VF, UF = m.key_features(Y, Q, K, V)
-        A, logz = m.forward(X, w, Q, K, V, KF, VF)
-        if kind == "forward":
-            return A, logz
-        if kind == "jacobian":
-            return m.jacobian(X, w, Q, K, V, KF, VF, UF, A, logz)
-        if kind == "lions":
-            return m.lions_derivative(X, Q, K, V, KF, VF, A, logz)
-        return m.flat_derivative(X, Q, K, V, KF, VF, A, logz)
-
-    def _run_numba(self, kind, X, Y, Q, K, V, w):
-        m = self._module
+    def _launch(self, kind, X, Y, Q, K, V, w):
+        """One path for every flavour (the kernels share names and argument lists, outputs written in
+        place): inputs to the backend's runtime (on the host a cast), outputs allocated there, the key
+        features (one thread per atom), the forward pass (one per query), then the requested derivative
+        (one per query, or per (query, atom) pair for Lions and flat), the results back as host arrays."""
+        rt, m = Runtime(self.backend), self._module
         N, M = X.shape[0], Y.shape[0]
-        KF, VF, UF = np.empty((M, self.d_k)), np.empty((M, self.d_v)), np.empty((M, self.d))
-        m.key_features(Y, Q, K, V, KF, VF, UF)
-        A, logz = np.empty((N, self.d_v)), np.empty(N)
-        m.forward(X, w, Q, K, V, KF, VF, A, logz)
+        dX, dY, dw, dQ, dK, dV = (rt.put(a) for a in (X, Y, w, Q, K, V))
+        KF, VF, UF = rt.empty((M, self.d_k)), rt.empty((M, self.d_v)), rt.empty((M, self.d))
+        rt.call(m, "key_features", M, dY, dQ, dK, dV, KF, VF, UF, sizes=(M,))
+        A, logz = rt.empty((N, self.d_v)), rt.empty((N,))
+        rt.call(m, "forward", N, dX, dw, dQ, dK, dV, KF, VF, A, logz, sizes=(N, M))
         if kind == "forward":
-            return A, logz
+            return rt.get(A), rt.get(logz)
         if kind == "jacobian":
-            J = np.empty((N, self.d_v, self.d))
-            m.jacobian(X, w, Q, K, V, KF, VF, UF, A, logz, J)
-            return J
-        if kind == "lions":
-            out = np.empty((N, M, self.d_v, self.d))
-            m.lions_derivative(X, Q, K, V, KF, VF, A, logz, out)
-            return out
-        out = np.empty((N, M, self.d_v))
-        m.flat_derivative(X, Q, K, V, KF, VF, A, logz, out)
-        return out
-
-    def _run_gpu(self, kind, X, Y, Q, K, V, w):
-        """python-cuda and cuda-c (:class:`DeviceArrays`): the cuda-c kernels also take the sizes, and its
-        forward, jacobian and flat kernels only Q of (Q, K, V) (the key features carry K and V)."""
-        dev, m = DeviceArrays(self.backend), self._module
-        cc = dev.flavour == "cuda-c"
-        N, M = X.shape[0], Y.shape[0]
-        dX, dY, dw, dQ, dK, dV = (dev.put(a) for a in (X, Y, w, Q, K, V))
-        mats, sizes = ((dQ,), (N, M)) if cc else ((dQ, dK, dV), ())
-        KF, VF, UF = dev.empty((M, self.d_k)), dev.empty((M, self.d_v)), dev.empty((M, self.d))
-        dev.launch(m, "key_features", M, dY, dQ, dK, dV, KF, VF, UF, *sizes[1:])
-        A, logz = dev.empty((N, self.d_v)), dev.empty((N,))
-        dev.launch(m, "forward", N, dX, dw, *mats, KF, VF, A, logz, *sizes)
-        if kind == "forward":
-            return dev.get(A), dev.get(logz)
-        if kind == "jacobian":
-            J = dev.empty((N, self.d_v, self.d))
-            dev.launch(m, "jacobian", N, dX, dw, *mats, KF, VF, UF, A, logz, J, *sizes)
-            return dev.get(J)
-        if kind == "lions":
-            out = dev.empty((N, M, self.d_v, self.d))
-            name, args = "lions_derivative", (dX, dQ, dK, dV, KF, VF, A, logz, out)
-        else:
-            out = dev.empty((N, M, self.d_v))
-            name, args = "flat_derivative", (dX, *mats, KF, VF, A, logz, out)
-        tx, ty = _THREADS_2D  # one thread per (query, atom) pair
-        grid = (-(-N // tx), -(-M // ty))
-        if cc:  # pragma: no cover - needs a GPU
-            m.get_function(name)(grid, (tx, ty), (*args, *(np.int64(n) for n in sizes)))
-        else:
-            getattr(m, name)[grid, (tx, ty)](*args)
-        return dev.get(out)
-
-    #: how each generated flavour is called (arrays, launch layout)
-    _RUNNERS = {"python-numpy": _run_numpy, "python-numba": _run_numba, "python-cuda": _run_gpu,
-                "cuda-c": _run_gpu}
+            J = rt.empty((N, self.d_v, self.d))
+            rt.call(m, "jacobian", N, dX, dw, dQ, dK, dV, KF, VF, UF, A, logz, J, sizes=(N, M))
+            return rt.get(J)
+        name, out = (("lions_derivative", rt.empty((N, M, self.d_v, self.d))) if kind == "lions"
+                     else ("flat_derivative", rt.empty((N, M, self.d_v))))
+        rt.call(m, name, (N, M), dX, dQ, dK, dV, KF, VF, A, logz, out, sizes=(N, M))  # a thread per pair
+        return rt.get(out)
 
     # ------------------------------------------------------------------ public API
     def forward(self, X, Y, Q, K, V, weights=None) -> tuple[np.ndarray, np.ndarray]:

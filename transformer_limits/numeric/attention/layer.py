@@ -34,7 +34,7 @@ brackets):
            parameter gradients in a fixed order (no atomics: deterministic).  :meth:`AttentionLayer.field`
            and :meth:`AttentionLayer.vjp` take and return host arrays; :meth:`AttentionLayer.device_field`
            and :meth:`AttentionLayer.device_vjp` run a batch of B problems on device arrays
-           (:class:`~transformer_limits.numeric.device_arrays.DeviceArrays`), for the device-resident
+           (:class:`~transformer_limits.numeric.runtime.Runtime`), for the device-resident
            transformer.
 
 ``precision`` (``float64`` default, or ``float32``): numpy and blas compute in arrays of that dtype; cupy
@@ -46,6 +46,7 @@ the gradient Taylor test then fails (a deliberately wrong model).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -53,8 +54,9 @@ from typing import Any
 import numba
 import numpy as np
 
-from transformer_limits.numeric.backends import REGISTRY, resolve_backend
-from transformer_limits.numeric.device_arrays import DTYPES, DeviceArrays
+from transformer_limits.numeric.backends import FLOAT32_BACKENDS, REGISTRY, resolve_backend
+from transformer_limits.numeric.flavours import NUMPY_BLAS, PYTHON_NUMPY
+from transformer_limits.numeric.runtime import DTYPES, Runtime
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.resource_limits import check_kernel_dimensions
 
@@ -63,7 +65,7 @@ __all__ = ["LAYER_BACKENDS", "LAYER_FLAVOURS", "FLOAT32_BACKENDS", "AttentionLay
 
 #: flavours the layer runs: NumPy attention kernels (reference), hand-written BLAS, generated layer kernels
 #: (every flavour of the kernel family LAYER_ADJOINT)
-LAYER_FLAVOURS = ("python-numpy", "numpy-blas", *LAYER_ADJOINT.flavours)
+LAYER_FLAVOURS = (PYTHON_NUMPY, NUMPY_BLAS, *LAYER_ADJOINT.flavours.values())
 #: the backends that run them: numpy, blas, numba, numba-cuda, numba-cuda-sim, cupy
 LAYER_BACKENDS = tuple(name for name, b in REGISTRY.items() if b.flavour in LAYER_FLAVOURS)
 
@@ -80,8 +82,19 @@ def _tasks(N: int) -> int:
     return max(1, min(max(MIN_TASKS, numba.get_num_threads()), N))
 
 
-#: backends that compute in float32 when asked (the others are float64 only)
-FLOAT32_BACKENDS = ("numpy", "blas", "cupy")
+#: per thread: the adjoint's task partials of the last shape, reused (a fresh (T, H, d_k + d_v, N) array
+#: per call costs its page faults, about as much as the key-side updates themselves at N = 256)
+_SCRATCH = threading.local()
+
+
+def _partials(T: int, H: int, d_k: int, d_v: int, N: int) -> tuple[np.ndarray, np.ndarray]:
+    """KBP (T, H, d_k, N), VBP (T, H, d_v, N) scratch for the numba adjoint (contents undefined: the
+    kernel's tasks zero their own slices); one pair per thread, replaced when the shape changes."""
+    key = (T, H, d_k, d_v, N)
+    if getattr(_SCRATCH, "key", None) != key:
+        _SCRATCH.key, _SCRATCH.arrays = key, (np.empty((T, H, d_k, N)), np.empty((T, H, d_v, N)))
+    return _SCRATCH.arrays
+
 
 
 @dataclass
@@ -96,7 +109,7 @@ class DeviceCache:
     LOGZ: Any
 
     @staticmethod
-    def empty(dev: DeviceArrays, lead: tuple[int, ...], N: int, d_k: int, d_v: int) -> "DeviceCache":
+    def empty(dev: Runtime, lead: tuple[int, ...], N: int, d_k: int, d_v: int) -> "DeviceCache":
         """Uninitialised arrays with leading axes ``lead`` (e.g. (B H,), or (L, B H) for a whole network)."""
         return DeviceCache(dev.empty(lead + (N, d_k)), dev.empty(lead + (d_k, N)), dev.empty(lead + (d_v, N)),
                            dev.empty(lead + (N, d_v)), dev.empty(lead + (N,)))
@@ -137,17 +150,19 @@ class AttentionLayer:
         if precision != "float64" and backend not in FLOAT32_BACKENDS:
             raise ValueError(f"precision {precision!r} needs one of the backends {', '.join(FLOAT32_BACKENDS)}; "
                              f"backend {backend!r} computes in float64 only")
-        if self.flavour in LAYER_ADJOINT.flavours:  # generated code is unrolled in d, d_k, d_v (blas: any size)
+        if LAYER_ADJOINT.has(self.flavour):  # generated code is unrolled in d, d_k, d_v (blas: any size)
             check_kernel_dimensions(d=d, d_k=d_k, d_v=d_v)
         self.d, self.d_k, self.d_v = int(d), int(d_k), int(d_v)
         self.causal, self.beta, self.backend = bool(causal), 1.0 / float(temperature), backend
         self.precision, self.dtype = precision, DTYPES[precision]
         self._module: Any = None
-        self.dev: DeviceArrays | None = None  # GPU flavours: device arrays and launches
-        if self.flavour in LAYER_ADJOINT.flavours:
+        #: arrays and kernel calls of the generated flavours; None on numpy and blas (no generated kernels)
+        self.runtime: Runtime | None = None
+        if LAYER_ADJOINT.has(self.flavour):
             self._module = LAYER_ADJOINT.load(backend, precision=precision, d=self.d, d_k=self.d_k, d_v=self.d_v)
-        if self.flavour in ("python-cuda", "cuda-c"):
-            self.dev = DeviceArrays(backend, precision)
+            self.runtime = Runtime(backend, precision)
+        # GPU flavours: device arrays and launches (the batched device_field / device_vjp)
+        self.dev: Runtime | None = self.runtime if self.flavour.on_device else None
 
     # ------------------------------------------------------------------ checks
     def _check(self, X, Qs, Ks, Vs, Os, c):
@@ -172,8 +187,8 @@ class AttentionLayer:
         X, Qs, Ks, Vs, Os, c = self._check(X, Qs, Ks, Vs, Os, c)
         if self.dev is not None:
             return self._field_gpu(X, Qs, Ks, Vs, Os, c)
-        if self.flavour in self._RUNNERS:
-            return self._RUNNERS[self.flavour][0](self, X, Qs, Ks, Vs, Os, c)
+        if self.runtime is not None:  # the generated host kernels (numba): their own kernel set, see _field_host
+            return self._field_host(X, Qs, Ks, Vs, Os, c)
         QF = np.einsum("hkd,nd->hnk", Qs, X)
         KF = np.einsum("hkd,nd->hnk", Ks, X)
         VF = np.einsum("hkd,nd->hnk", Vs, X)
@@ -186,13 +201,16 @@ class AttentionLayer:
         F = np.einsum("h,hac,hnc->na", c, Os, A)
         return F, LayerCache(A=A, QF=QF, KF=KF, VF=VF, P=P)
 
-    def _field_numba(self, X, Qs, Ks, Vs, Os, c):
-        m = self._module
+    def _field_host(self, X, Qs, Ks, Vs, Os, c):
+        """The python-numba kernels of LAYER_ADJOINT (unbatched features, forward with the head sum and
+        T row tasks; not yet the GPU flavours' kernel set), called through the host runtime."""
+        rt, m = self.runtime, self._module
+        assert rt is not None
         H, N = Qs.shape[0], X.shape[0]
-        QF, KT, VT = np.empty((H, N, self.d_k)), np.empty((H, self.d_k, N)), np.empty((H, self.d_v, N))
-        m.features(X, Qs, Ks, Vs, QF, KT, VT)
-        A, LOGZ, F = np.empty((H, N, self.d_v)), np.empty((H, N)), np.empty((N, self.d))
-        m.forward(QF, KT, VT, Os, c, self.beta, self.causal, _tasks(N), A, LOGZ, F)
+        QF, KT, VT = rt.empty((H, N, self.d_k)), rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N))
+        rt.call(m, "features", H * N, X, Qs, Ks, Vs, QF, KT, VT)
+        A, LOGZ, F = rt.empty((H, N, self.d_v)), rt.empty((H, N)), rt.empty((N, self.d))
+        rt.call(m, "forward", N, QF, KT, VT, Os, c, self.beta, self.causal, _tasks(N), A, LOGZ, F)
         return F, LayerCache(A=A, QF=QF, KF=KT, VF=VT, LOGZ=LOGZ)
 
     # ------------------------------------------------------------------ vjp
@@ -204,11 +222,11 @@ class AttentionLayer:
             raise ValueError(f"cotangent PC must have shape {X.shape}, got {PC.shape}")
         if self.dev is not None:  # the whole VJP (parameter gradients too) on the device
             return self._vjp_gpu(X, Qs, Ks, Vs, Os, c, cache, PC, lions)
-        if self.flavour in self._RUNNERS:
-            QBAR, KBAR, VBAR, xbar = self._RUNNERS[self.flavour][1](self, Qs, Ks, Vs, Os, c, cache, PC, lions)
+        if self.runtime is not None:  # the generated host kernels (numba)
+            QBAR, KBAR, VBAR, xbar = self._bars_host(Qs, Ks, Vs, Os, c, cache, PC, lions)
         else:
             QBAR, KBAR, VBAR = self._bars_blas(Os, c, cache, PC)
-            if self.flavour == "numpy-blas":
+            if self.flavour is NUMPY_BLAS:
                 xbar = np.einsum("hnk,hkd->nd", QBAR, Qs)
                 if lions:
                     xbar += np.einsum("hnk,hkd->nd", KBAR, Ks) + np.einsum("hnk,hkd->nd", VBAR, Vs)
@@ -229,18 +247,21 @@ class AttentionLayer:
         VBAR = P.transpose(0, 2, 1) @ G
         return QBAR, KBAR, VBAR
 
-    def _bars_numba(self, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, lions):
-        m = self._module
+    def _bars_host(self, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, lions):
+        """The python-numba adjoint kernels: ``adjoint`` (row tasks, each with its own kbar/vbar partials
+        (T, H, d_k|d_v, N), zeroed by the task), then ``finish`` (partials summed over t in order, the
+        Lions term once per key, xbar = XJ + Lions)."""
+        rt, m = self.runtime, self._module
+        assert rt is not None
         H, N = Qs.shape[0], PC.shape[0]
         T = _tasks(N)  # each row task keeps its own kbar/vbar partials
-        QBAR, XJ = np.empty((H, N, self.d_k)), np.empty((N, self.d))
-        KBP, VBP = np.zeros((T, H, self.d_k, N)), np.zeros((T, H, self.d_v, N))
-        XL = np.zeros((T, self.d, N))
-        m.adjoint(PC, Qs, Ks, Vs, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ, self.beta,
-                  self.causal, bool(lions), QBAR, KBP, VBP, XJ, XL)
-        xbar = XJ + XL.sum(axis=0).T if lions else XJ
-        KBAR, VBAR = (P.sum(axis=0).transpose(0, 2, 1) for P in (KBP, VBP))  # (H, N, d_k|d_v) views
-        return QBAR, KBAR, VBAR, xbar
+        QBAR, XJ = rt.empty((H, N, self.d_k)), rt.empty((N, self.d))
+        KBP, VBP = _partials(T, H, self.d_k, self.d_v, N)
+        rt.call(m, "adjoint", N, PC, Qs, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ, self.beta,
+                self.causal, QBAR, KBP, VBP, XJ)
+        KBT, VBT, xbar = rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d))
+        rt.call(m, "finish", N, KBP, VBP, Ks, Vs, XJ, bool(lions), KBT, VBT, xbar)
+        return QBAR, KBT.transpose(0, 2, 1), VBT.transpose(0, 2, 1), xbar  # KBAR, VBAR (H, N, d_k|d_v) views
 
     # ------------------------------------------------------------------ GPU (device arrays)
     def device_field(self, X, Qs, Ks, Vs, Os, c, B: int, H: int, N: int, PB: int, base, out,
@@ -250,10 +271,10 @@ class AttentionLayer:
         OH (B H, N, d) is scratch."""
         assert self.dev is not None, "device_field needs a GPU backend"
         m, dev = self._module, self.dev
-        dev.launch(m, "features", B * H * N, X, Qs, Ks, Vs, B, H, N, PB, cache.QF, cache.KT, cache.VT)
-        dev.launch(m, "forward", B * H * N, cache.QF, cache.KT, cache.VT, Os, c, self.beta, self.causal, B, H, N,
+        dev.call(m, "features", B * H * N, X, Qs, Ks, Vs, B, H, N, PB, cache.QF, cache.KT, cache.VT)
+        dev.call(m, "forward", B * H * N, cache.QF, cache.KT, cache.VT, Os, c, self.beta, self.causal, B, H, N,
                    PB, cache.A, cache.LOGZ, OH)
-        dev.launch(m, "head_sum", B * N, OH, base, B, H, N, out)  # sum_h in order, then + base
+        dev.call(m, "head_sum", B * N, OH, base, B, H, N, out)  # sum_h in order, then + base
 
     def device_vjp(self, X, Qs, Ks, Vs, Os, c, B: int, H: int, N: int, PB: int, cache: Any, PC, base,
                    out, grads: tuple[Any, Any, Any, Any], *, lions: bool = True) -> None:
@@ -265,13 +286,13 @@ class AttentionLayer:
         QBAR, KBAR = dev.empty((B * H, N, self.d_k)), dev.empty((B * H, N, self.d_k))
         G, VBAR, GA = dev.empty((B * H, N, self.d_v)), dev.empty((B * H, N, self.d_v)), dev.empty((B * H, N))
         XH = dev.empty((B * H, N, self.d))  # per head: Jacobian term (rows), then + Lions term (keys)
-        dev.launch(m, "adjoint_rows", B * H * N, PC, Qs, Os, c, cache.QF, cache.KT, cache.VT, cache.A, cache.LOGZ,
+        dev.call(m, "adjoint_rows", B * H * N, PC, Qs, Os, c, cache.QF, cache.KT, cache.VT, cache.A, cache.LOGZ,
                    beta, causal, B, H, N, PB, QBAR, G, GA, XH)
-        dev.launch(m, "adjoint_keys", B * H * N, Ks, Vs, cache.QF, cache.KT, cache.VT, cache.LOGZ, G, GA, beta,
+        dev.call(m, "adjoint_keys", B * H * N, Ks, Vs, cache.QF, cache.KT, cache.VT, cache.LOGZ, G, GA, beta,
                    causal, bool(lions), B, H, N, PB, KBAR, VBAR, XH)
-        dev.launch(m, "head_sum", B * N, XH, base, B, H, N, out)  # p_r = p_{r+1} + sum_h (Jacobian + Lions)
+        dev.call(m, "head_sum", B * N, XH, base, B, H, N, out)  # p_r = p_{r+1} + sum_h (Jacobian + Lions)
         R = 2 * self.d_k + self.d_v + self.d
-        dev.launch(m, "param_grads", B * H * R, X, PC, c, cache.A, QBAR, KBAR, VBAR, B, H, N, *grads)
+        dev.call(m, "param_grads", B * H * R, X, PC, c, cache.A, QBAR, KBAR, VBAR, B, H, N, *grads)
 
     def _field_gpu(self, X, Qs, Ks, Vs, Os, c):
         dev, (H, N) = self.dev, (Qs.shape[0], X.shape[0])
@@ -293,9 +314,6 @@ class AttentionLayer:
         self.device_vjp(dX, dQ, dK, dV, dO, dc, 1, H, N, 1, dcache, dev.put(PC), dev.zeros((N, self.d)), out, grads,
                         lions=lions)  # base 0: xbar alone
         return (dev.get(out), *(dev.get(g) for g in grads))
-
-    #: (field, bars) runner of each generated flavour (arrays, launch layout)
-    _RUNNERS = {"python-numba": (_field_numba, _bars_numba)}  # the GPU flavours: _field_gpu, _vjp_gpu
 
     def _xbar_theory(self, X, Qs, Ks, Vs, Os, c, PC, lions):
         """docs/theory.md §A.2: Jacobian term + Lions term, with the generated NumPy attention kernels."""

@@ -24,9 +24,15 @@ replaced by the exact expectation), ``iid`` mode draws H atom indices i.i.d. fro
 Time stepping: classical RK4 with steps aligned to the nodes (the parameters are smooth between
 nodes); :meth:`MeanFieldLimit.forward_checked` estimates the error by step doubling (Richardson,
 |X_h - X_{h/2}| / 15).  The adjoint integrates (X, P, node gradients) backward from t = 1 with RK4.
-On a GPU backend with device-array arithmetic both integrations stay on the device (states, stages and
-gradient accumulators; :mod:`transformer_limits.numeric.attention.mean_field_device`), and
-:meth:`MeanFieldLimit.forward_batch` runs B inputs per launch; ``resident=False`` keeps the host loop.
+
+Host and device, one loop.  Both integrations (:meth:`MeanFieldLimit.forward_batch`,
+:meth:`MeanFieldLimit.adjoint`) are written once against a :class:`~transformer_limits.numeric.runtime.Runtime`
+(array arithmetic of its ``xp`` arrays, ``put``/``get`` at the ends) and the layer form of
+:mod:`~transformer_limits.numeric.attention.batched_layer` (:class:`_LawOnRuntime`): on the CPU
+backends host arrays and the layer's host API; on a GPU backend whose arrays support arithmetic the
+states, stages and gradient accumulators stay on the device, the law's atoms at every stage time are
+copied in once, B inputs run per launch, and only the results come back (the number of host <-> device
+copies does not depend on ``steps``); ``resident=False`` keeps a GPU backend on the host loop.
 
 Training in the limit: AdamW (:mod:`transformer_limits.numeric.optim.adamw`) on the node parameters
 theta_{n,a} driven by dJ/dtheta_{n,a} = int_0^1 phi_n(t) (1/N) sum_i d_theta gamma(...)^T w_a P_t^i dt;
@@ -44,8 +50,8 @@ from typing import Any, Callable
 import numpy as np
 
 from transformer_limits.numeric.optim.adamw import AdamW, BlockwiseAdamW
+from transformer_limits.numeric.attention.batched_layer import layer_ops
 from transformer_limits.numeric.attention.layer import attention_layer
-from transformer_limits.numeric.attention.mean_field_device import device_adjoint, device_forward, device_resident
 from transformer_limits.numeric.attention.transformer import PARAM_NAMES, AttentionTransformer
 
 __all__ = ["HeadLaw", "AffineHeadLaw", "MeanFieldLimit", "RK4Result", "quadrature_estimate",
@@ -229,6 +235,65 @@ class RK4Result:
     error_estimate: float | None = None
 
 
+def _stage_times(steps: int, backward: bool) -> list[tuple[float, float, float]]:
+    """(t, t -+ h/2, t -+ h) of each RK4 step, h = 1/steps: t = s h for s = 0..steps-1 (forward) or
+    s = steps..1 (backward), as floats computed this way (the law is evaluated at exactly these)."""
+    h = 1.0 / steps
+    if backward:
+        return [(s * h, s * h - h / 2, s * h - h) for s in range(steps, 0, -1)]
+    return [(s * h, s * h + h / 2, s * h + h) for s in range(steps)]
+
+
+class _LawOnRuntime:
+    """Gamma(t, X) and its VJP for B inputs X (B N, d) under one law, at the RK4 stage times, where the
+    layer form ``ops`` runs (host or device): the atoms theta_a(t) at the distinct stage times stacked
+    (T, A, ...) and copied once, the atom weights tiled (B A,) (head weights c_{b,a} = w_a, shared
+    parameters PB = 1), the hat weights phi_n(t) (T, n_nodes) for the adjoint.  T <= 3 steps distinct
+    times (t + h and the next step's t may differ in the last bit), so the stack holds at most
+    3 steps A (2 d_k + 2 d_v) d numbers: small for the profiles' laws (A <= 64, steps <= 256)."""
+
+    def __init__(self, ops: Any, law: HeadLaw, times: list[tuple[float, float, float]], with_phi: bool):
+        lay = ops.layer
+        want = {"Q": (lay.d_k, lay.d), "K": (lay.d_k, lay.d), "V": (lay.d_v, lay.d), "O": (lay.d, lay.d_v)}
+        for k in PARAM_NAMES:  # the generated kernels are unrolled for the layer's sizes: check first
+            if law.params[k].shape[2:] != want[k]:
+                raise ValueError(f"law.params[{k!r}] must have shape (n_nodes, A) + {want[k]}, "
+                                 f"got {law.params[k].shape}")
+        self.index: dict[float, int] = {}
+        for t in itertools.chain.from_iterable(times):
+            self.index.setdefault(t, len(self.index))
+        at = [law.at(t) for t in self.index]
+        rt = self.rt = ops.rt
+        self.ops, self.N, self.d = ops, ops.N, lay.d
+        self.params = {k: rt.put(np.stack([th[k] for th in at])) for k in PARAM_NAMES}
+        self.c = rt.put(np.tile(law.weights, ops.B))
+        self.phis = rt.put(np.stack([law.hat(t) for t in self.index])) if with_phi else None
+        self.cache = ops.caches(1).layer(0)  # the last field call's, for the VJP at the same (t, X)
+        self.shapes = [(law.n_atoms,) + want[k] for k in PARAM_NAMES]
+
+    def theta(self, t: float) -> tuple[Any, Any, Any, Any]:
+        j = self.index[t]
+        return self.params["Q"][j], self.params["K"][j], self.params["V"][j], self.params["O"][j]
+
+    def phi(self, t: float) -> Any:
+        assert self.phis is not None
+        return self.phis[self.index[t]]
+
+    def field(self, t: float, X: Any) -> Any:
+        """F = Gamma(t, X) (B N, d)."""
+        F = self.rt.empty((self.ops.B * self.N, self.d))
+        self.ops.field(X, self.theta(t), self.c, 1, None, F, self.cache)
+        return F
+
+    def vjp(self, t: float, X: Any, P: Any) -> tuple[Any, tuple[Any, ...]]:
+        """xbar (N, d) and the per-atom gradients (dQ, dK, dV, dO) (A, ...) for the cache of the last
+        :meth:`field` call (same t, same X); B = 1."""
+        xbar = self.rt.empty((self.N, self.d))
+        grads = tuple(self.rt.empty(shape) for shape in self.shapes)
+        self.ops.vjp(X, self.theta(t), self.c, 1, self.cache, P, None, xbar, grads)
+        return xbar, grads
+
+
 @dataclass
 class MeanFieldLimit:
     """The N-particle MV-ODE and its adjoint for a :class:`HeadLaw` (see the module docstring).
@@ -250,58 +315,66 @@ class MeanFieldLimit:
 
     @property
     def on_device(self) -> bool:
-        """Whether forward/adjoint keep their state on the device (mean_field_device)."""
-        return self.resident and device_resident(self.layer)
+        """Whether forward/adjoint keep their state on the device (a GPU layer with array arithmetic)."""
+        return self.resident and self.layer.dev is not None and self.layer.dev.has_array_ops
 
-    def _field(self, law: HeadLaw, t: float, X: np.ndarray):
-        th = law.at(t)
-        return self.layer.field(X, th["Q"], th["K"], th["V"], th["O"], law.weights), th
+    def _ops(self, B: int, law: HeadLaw, N: int) -> Any:
+        return layer_ops(self.layer, B, law.n_atoms, N, resident=self.on_device)
 
     def field(self, law: HeadLaw, t: float, X: Any) -> np.ndarray:
         """Gamma(X^i, mu^i, nu_t) (N, d)."""
-        return self._field(law, t, np.asarray(X, dtype=np.float64))[0][0]
+        th = law.at(t)
+        return self.layer.field(np.asarray(X, dtype=np.float64), th["Q"], th["K"], th["V"], th["O"],
+                                law.weights)[0]
 
     def _check_steps(self, law: HeadLaw, steps: int) -> None:
         segments = max(law.n_nodes - 1, 1)
         if not isinstance(steps, (int, np.integer)) or steps < 1 or steps % segments:
             raise ValueError(f"steps must be a positive multiple of n_nodes - 1 = {segments}, got {steps!r}")
 
+    def _checked_states(self, X: np.ndarray, name: str) -> np.ndarray:
+        """X (B, N, d) with B, N >= 1, C-contiguous float64."""
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        if X.ndim != 3 or X.shape[0] < 1 or X.shape[1] < 1 or X.shape[2] != self.d:
+            raise ValueError(f"{name} must have shape (N, {self.d}) per input with N >= 1, got {X.shape}")
+        return X
+
     def forward(self, X0: Any, law: HeadLaw, steps: int) -> RK4Result:
         """RK4 with ``steps`` uniform steps on [0, 1]; trajectory (steps+1, N, d)."""
         self._check_steps(law, steps)
-        X = np.array(X0, dtype=np.float64)
-        if self.on_device:
-            traj = device_forward(self.layer, self._checked_states(X[None], "X0"), law, steps)[:, 0]
-            return RK4Result(traj[-1].copy(), traj, steps)
-        h = 1.0 / steps
-        traj = np.empty((steps + 1,) + X.shape)
-        traj[0] = X
-        for s in range(steps):
-            t = s * h
-            k1 = self.field(law, t, X)
-            k2 = self.field(law, t + h / 2, X + h / 2 * k1)
-            k3 = self.field(law, t + h / 2, X + h / 2 * k2)
-            k4 = self.field(law, t + h, X + h * k3)
-            X = X + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-            traj[s + 1] = X
-        return RK4Result(X, traj, steps)
+        traj = self._forward(self._checked_states(np.asarray(X0, dtype=np.float64)[None], "X0"), law, steps)[:, 0]
+        return RK4Result(traj[-1].copy(), traj, steps)
 
     def forward_batch(self, X0s: Any, law: HeadLaw, steps: int) -> np.ndarray:
-        """Trajectories (steps+1, B, N, d) of B inputs X0s (B, N, d) under one law: one launch chain
-        per RK4 stage for all B on the device, a loop of :meth:`forward` elsewhere."""
+        """Trajectories (steps+1, B, N, d) of B inputs X0s (B, N, d) under one law (on the device one
+        launch chain per RK4 stage for all B; on the host each input's own field calls)."""
         self._check_steps(law, steps)
-        X0s = np.array(X0s, dtype=np.float64)
+        X0s = np.asarray(X0s, dtype=np.float64)
         if X0s.ndim != 3 or X0s.shape[0] < 1:
             raise ValueError(f"X0s must have shape (B, N, {self.d}) with B >= 1, got {X0s.shape}")
-        if self.on_device:
-            return device_forward(self.layer, self._checked_states(X0s, "X0s"), law, steps)
-        return np.stack([self.forward(X, law, steps).trajectory for X in X0s], axis=1)
+        return self._forward(self._checked_states(X0s, "X0s"), law, steps)
 
-    def _checked_states(self, X: np.ndarray, name: str) -> np.ndarray:
-        """X (B, N, d) with B, N >= 1, C-contiguous (the device path skips the layer's own checks)."""
-        if X.ndim != 3 or X.shape[0] < 1 or X.shape[1] < 1 or X.shape[2] != self.d:
-            raise ValueError(f"{name} must have shape (N, {self.d}) per input with N >= 1, got {X.shape}")
-        return np.ascontiguousarray(X)
+    def _forward(self, X0s: np.ndarray, law: HeadLaw, steps: int) -> np.ndarray:
+        """The forward RK4, once for host and device: X0s (B, N, d) -> host trajectories (steps+1, B, N, d).
+
+        k1 = F(t, X), k2 = F(t + h/2, X + h/2 k1), k3 = F(t + h/2, X + h/2 k2), k4 = F(t + h, X + h k3),
+        X <- X + h/6 (k1 + 2 k2 + 2 k3 + k4), on the states (B N, d) of the runtime.
+        """
+        B, N, d = X0s.shape
+        ops = self._ops(B, law, N)
+        times = _stage_times(steps, backward=False)
+        nu = _LawOnRuntime(ops, law, times, with_phi=False)
+        h = 1.0 / steps
+        traj = ops.rt.empty((steps + 1, B * N, d))
+        ops.copy_in(traj, 0, X0s.reshape(B * N, d))
+        for s, (t, t_half, t_next) in enumerate(times):
+            X = traj[s]
+            k1 = nu.field(t, X)
+            k2 = nu.field(t_half, X + h / 2 * k1)
+            k3 = nu.field(t_half, X + h / 2 * k2)
+            k4 = nu.field(t_next, X + h * k3)
+            traj[s + 1] = X + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        return ops.rt.get(traj).reshape(steps + 1, B, N, d)
 
     def forward_checked(self, X0: Any, law: HeadLaw, steps: int) -> RK4Result:
         """RK4 at ``steps`` and ``2*steps``; returns the finer solution with the Richardson error
@@ -311,40 +384,46 @@ class MeanFieldLimit:
         fine.error_estimate = float(np.abs(fine.final - coarse.final).max() / 15.0)
         return fine
 
-    def _backward_rhs(self, law: HeadLaw, t: float, X: np.ndarray, P: np.ndarray):
-        (F, cache), th = self._field(law, t, X)
-        xbar, *dth = self.layer.vjp(X, th["Q"], th["K"], th["V"], th["O"], law.weights, cache, P)
-        phi = law.hat(t)
-        N = X.shape[0]
-        G = {k: np.einsum("n,a...->na...", phi, g) / N for k, g in zip(PARAM_NAMES, dth)}
-        return -F, xbar, G
-
     def adjoint(self, X1: Any, P1: Any, law: HeadLaw, steps: int):
-        """Integrate (X, P, node gradients) backward from t = 1 by RK4 (X re-integrated backward).
+        """Integrate (X, P, node gradients) backward from t = 1 by RK4 (X re-integrated backward), once
+        for host and device.
 
         Returns (X_0 reconstructed, P_0, node gradients dict (n_nodes, A, ...)), with
-        dJ/dtheta_{n,a} = int phi_n(t) (1/N) sum_i d_theta gamma^T w_a P_t^i dt.
+        dJ/dtheta_{n,a} = int phi_n(t) (1/N) sum_i d_theta gamma^T w_a P_t^i dt.  In the reversed time
+        s = 1 - t the right-hand side at stage time t is (a, b, g) = (-F(t, X), xbar(t, X, P),
+        phi(t) (x) d_theta / N), combined by RK4 like the forward stages.
         """
         self._check_steps(law, steps)
-        X, P = np.array(X1, dtype=np.float64), np.array(P1, dtype=np.float64)
-        if self.on_device:
-            if P.shape != X.shape:
-                raise ValueError(f"P1 must have the shape of X1 {X.shape}, got {P.shape}")
-            return device_adjoint(self.layer, self._checked_states(X[None], "X1")[0], P, law, steps)
-        grads = {k: np.zeros_like(v) for k, v in law.params.items()}
+        X1 = self._checked_states(np.asarray(X1, dtype=np.float64)[None], "X1")[0]
+        P1 = np.ascontiguousarray(P1, dtype=np.float64)
+        if P1.shape != X1.shape:
+            raise ValueError(f"P1 must have the shape of X1 {X1.shape}, got {P1.shape}")
+        N = X1.shape[0]
+        ops = self._ops(1, law, N)
+        rt = ops.rt
+        times = _stage_times(steps, backward=True)
+        nu = _LawOnRuntime(ops, law, times, with_phi=True)
+        X, P = rt.put(X1), rt.put(P1)
+        grads = [rt.zeros((law.n_nodes,) + law.params[k].shape[1:]) for k in PARAM_NAMES]
         h = 1.0 / steps
-        for s in range(steps, 0, -1):
-            t = s * h
-            # d/ds of (X, P) with s = 1 - t: (-F, +vjp); RK4 in the reversed time
-            a1, b1, g1 = self._backward_rhs(law, t, X, P)
-            a2, b2, g2 = self._backward_rhs(law, t - h / 2, X + h / 2 * a1, P + h / 2 * b1)
-            a3, b3, g3 = self._backward_rhs(law, t - h / 2, X + h / 2 * a2, P + h / 2 * b2)
-            a4, b4, g4 = self._backward_rhs(law, t - h, X + h * a3, P + h * b3)
+
+        def rhs(t: float, Xs: Any, Ps: Any):
+            F = nu.field(t, Xs)
+            xbar, dtheta = nu.vjp(t, Xs, Ps)
+            phi = nu.phi(t)
+            G = [phi[:, None, None, None] * g[None] / N for g in dtheta]  # (n_nodes, A, r, s): phi_n d_theta_a / N
+            return -F, xbar, G
+
+        for t, t_half, t_prev in times:
+            a1, b1, g1 = rhs(t, X, P)
+            a2, b2, g2 = rhs(t_half, X + h / 2 * a1, P + h / 2 * b1)
+            a3, b3, g3 = rhs(t_half, X + h / 2 * a2, P + h / 2 * b2)
+            a4, b4, g4 = rhs(t_prev, X + h * a3, P + h * b3)
             X = X + h / 6 * (a1 + 2 * a2 + 2 * a3 + a4)
             P = P + h / 6 * (b1 + 2 * b2 + 2 * b3 + b4)
-            for k in grads:
+            for k in range(len(grads)):
                 grads[k] += h / 6 * (g1[k] + 2 * g2[k] + 2 * g3[k] + g4[k])
-        return X, P, grads
+        return rt.get(X), rt.get(P), {k: rt.get(g) for k, g in zip(PARAM_NAMES, grads)}
 
     def loss_and_grad(self, X0: Any, law: HeadLaw, loss: Any, steps: int):
         """(J, node gradients, P_0 (N-scaled adjoint at t=0), forward RK4Result)."""

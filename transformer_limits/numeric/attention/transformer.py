@@ -25,14 +25,19 @@ and dLoss/dtheta_{r,h} = c_{r,h} sum_i d_theta gamma(x_r^i, m_r^i, theta_{r,h})^
 per-layer VJPs live in :mod:`transformer_limits.numeric.attention.layer` (backends numpy, blas,
 numba and the CUDA ones: numba-cuda, numba-cuda-sim, cupy).
 
-Device residency and batches.  On the GPU backends (numba-cuda, numba-cuda-sim, cupy) the forward pass
-keeps the states (L+1, B N, d) and every layer's cache on the device, and the backward pass the adjoints
-and gradients: a pass copies its inputs and parameters in once and its results out once (O(1) copies,
-not O(L): :func:`~transformer_limits.numeric.device_arrays.count_transfers`).  :meth:`forward_batch`,
-:meth:`backward_batch` and :meth:`loss_and_grad_batch` run B independent problems (tokens (B, N, d);
-parameters shared (L, H, ...) or per problem (B, L, H, ...); head weights shared (H,) | (L, H) or per
-problem (B, L, H)) in one launch per kernel on the GPU backends, and loop over the problems on the CPU
-backends (the same results).  ``precision="float32"`` computes in float32 on numpy, blas and cupy.
+Host and device, one loop.  The passes are written once (:meth:`AttentionTransformer._forward_run`,
+:meth:`~AttentionTransformer._backward_run`: the loop over r = 0..L-1 and its adjoint) against a
+:class:`~transformer_limits.numeric.runtime.Runtime` and the layer form of
+:mod:`~transformer_limits.numeric.attention.batched_layer`: on the CPU backends host arrays and the
+layer's host API, problem by problem (a batch is bit for bit its problems run alone); on the GPU
+backends (numba-cuda, numba-cuda-sim, cupy) device arrays and one launch chain per layer for all B
+problems, so the forward pass keeps the states (L+1, B N, d) and every layer's cache on the device, and
+the backward pass the adjoints and gradients: a pass copies its inputs and parameters in once and its
+results out once (O(1) copies, not O(L): :func:`~transformer_limits.numeric.runtime.count_transfers`).
+:meth:`forward_batch`, :meth:`backward_batch` and :meth:`loss_and_grad_batch` run B independent
+problems (tokens (B, N, d); parameters shared (L, H, ...) or per problem (B, L, H, ...); head weights
+shared (H,) | (L, H) or per problem (B, L, H)).  ``precision="float32"`` computes in float32 on numpy,
+blas and cupy.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from transformer_limits.numeric.attention.layer import LAYER_FLAVOURS, DeviceCache, LayerCache, attention_layer
+from transformer_limits.numeric.attention.batched_layer import HostCaches, HostLayer, layer_ops
+from transformer_limits.numeric.attention.layer import LAYER_FLAVOURS, LayerCache, attention_layer
 from transformer_limits.numeric.backends import resolve_backend
 
 __all__ = [
@@ -107,53 +113,37 @@ def init_params(L: int, H: int, d: int, d_k: int, d_v: int, *, seed: int = 0, in
     return out
 
 
-@dataclass
-class _DeviceRun:
-    """Device state of one (batched) forward pass: parameters (L, PB H, ...) with PB = 1 (shared) or B,
-    head weights c (L, B H), states (L+1, B N, d) and the stacked layer caches (L, B H, ...)."""
+def _heads(arrays: dict[str, Any], r: int) -> tuple[Any, Any, Any, Any]:
+    """Layer r of stacked (L, ...) head arrays, in the order (Q, K, V, O) (views)."""
+    return arrays["Q"][r], arrays["K"][r], arrays["V"][r], arrays["O"][r]
 
+
+@dataclass
+class _Run:
+    """One (batched) forward pass where its arrays live: the layer form ``ops`` (host or device,
+    :mod:`~transformer_limits.numeric.attention.batched_layer`) and, on its runtime ``ops.rt``, the head
+    weights c (L, B H), the states (L+1, B N, d) and the layer caches (``caches.layer(r)``)."""
+
+    ops: Any
     B: int
     L: int
     H: int
     N: int
-    PB: int
-    params: dict[str, Any]
     c: Any
     states: Any
-    cache: DeviceCache
-
-
-class _DeviceCaches(Sequence[LayerCache]):
-    """The layer caches of a device-resident forward pass as host :class:`LayerCache` (problems stacked:
-    (B H, ...)); copied to the host once, on first access (five copies, whatever L)."""
-
-    def __init__(self, layer: Any, run: _DeviceRun):
-        self._layer, self._run = layer, run
-        self._host: list[LayerCache] | None = None
-
-    def _fetch(self) -> list[LayerCache]:
-        if self._host is None:
-            get, c = self._layer.dev.get, self._run.cache
-            QF, KT, VT, A, LZ = (get(a) for a in (c.QF, c.KT, c.VT, c.A, c.LOGZ))
-            self._host = [LayerCache(A=A[r], QF=QF[r], KF=KT[r], VF=VT[r], LOGZ=LZ[r]) for r in range(self._run.L)]
-        return self._host
-
-    def __getitem__(self, r):
-        return self._fetch()[r]
-
-    def __len__(self) -> int:
-        return self._run.L
+    caches: Any
 
 
 @dataclass
 class ForwardPass:
     """All layer states ``states`` (L+1, N, d) and the per-layer caches of the attention VJPs (on the GPU
-    backends fetched from the device on first access; ``device`` keeps the device-resident pass)."""
+    backends fetched from the device on first access); ``run`` keeps the pass where its arrays live
+    (None: :meth:`AttentionTransformer.backward` runs on the host from states, caches and weights)."""
 
     states: np.ndarray
     caches: Sequence[LayerCache]
     weights: np.ndarray  # (L, H) head weights c_{r,h}
-    device: _DeviceRun | None = None
+    run: _Run | None = None
 
 
 @dataclass
@@ -166,13 +156,12 @@ class AdjointPass:
 
 @dataclass
 class BatchForwardPass:
-    """B problems: states (L+1, B, N, d), head weights (B, L, H); ``passes`` (CPU backends: one
-    :class:`ForwardPass` per problem) or ``device`` (GPU backends: the device-resident pass)."""
+    """B problems: states (L+1, B, N, d), head weights (B, L, H); ``run`` keeps the pass where its arrays
+    live (host, or the device on the GPU backends)."""
 
     states: np.ndarray
     weights: np.ndarray
-    passes: list[ForwardPass] | None = None
-    device: _DeviceRun | None = None
+    run: _Run | None = None
 
 
 @dataclass
@@ -256,22 +245,10 @@ class AttentionTransformer:
         """States x_0..x_L, shape (L+1, N, d)."""
         params, L, H = self.check_params(params)
         X = self._tokens(X0, "X0", 2)
-        return self._forward(X, params, self.head_weights(L, H, head_weights), L, H)
-
-    def _forward(self, X: np.ndarray, params: dict[str, np.ndarray], c: np.ndarray, L: int, H: int) -> ForwardPass:
-        if self.layer.dev is not None:
-            run = self._device_forward(X[None], params, c[None], 1, L, H)
-            states = self.layer.dev.get(run.states).reshape((L + 1,) + X.shape)
-            return ForwardPass(states, _DeviceCaches(self.layer, run), c, run)
-        states = np.empty((L + 1,) + X.shape, dtype=self.dtype)
-        states[0] = X
-        caches = []
-        for r in range(L):
-            F, cache = self.layer.field(states[r], params["Q"][r], params["K"][r], params["V"][r],
-                                        params["O"][r], c[r])
-            states[r + 1] = states[r] + F
-            caches.append(cache)
-        return ForwardPass(states, caches, c)
+        c = self.head_weights(L, H, head_weights)
+        run = self._forward_run(X[None], params, c[None], L, H, True)
+        states = run.ops.rt.get(run.states).reshape((L + 1,) + X.shape)
+        return ForwardPass(states, run.ops.layer_caches(run.caches), c, run)
 
     def backward(self, fwd: ForwardPass, params: dict[str, Any], p_final: Any) -> AdjointPass:
         """Adjoint recursion from p_L = ``p_final`` (N, d) = dLoss/dx_L; per-head gradients."""
@@ -279,20 +256,13 @@ class AttentionTransformer:
         pL = np.ascontiguousarray(p_final, dtype=self.dtype)
         if pL.shape != fwd.states[L].shape:
             raise ValueError(f"p_final must have shape {fwd.states[L].shape}, got {np.shape(p_final)}")
-        if fwd.device is not None and self.layer.dev is not None:
-            p, grads = self._device_backward(fwd.device, self._device_params(params), pL[None])
-            return AdjointPass(p[:, 0], {k: g[0] for k, g in grads.items()})
-        p = np.empty_like(fwd.states)
-        p[L] = pL
-        grads = {k: np.empty_like(v) for k, v in params.items()}
-        for r in range(L - 1, -1, -1):
-            xbar, *dtheta = self.layer.vjp(fwd.states[r], params["Q"][r], params["K"][r], params["V"][r],
-                                           params["O"][r], fwd.weights[r], fwd.caches[r], p[r + 1],
-                                           lions=self.lions_term)
-            p[r] = p[r + 1] + xbar
-            for k, g in zip(PARAM_NAMES, dtheta):
-                grads[k][r] = g
-        return AdjointPass(p, grads)
+        run = fwd.run
+        if run is None:  # a pass given by its host arrays: the host layer on its states and caches
+            N = pL.shape[0]
+            run = _Run(HostLayer(self.layer, 1, H, N), 1, L, H, N, fwd.weights, fwd.states,
+                       HostCaches([[cache] for cache in fwd.caches]))
+        p, grads = self._backward_run(run, params, pL[None], True)
+        return AdjointPass(p[:, 0], {k: g[0] for k, g in grads.items()})
 
     def loss_and_grad(self, X0: Any, params: dict[str, Any], loss: Any, head_weights: Any = None):
         """(Loss value, gradients dict, ForwardPass, AdjointPass); ``loss`` has ``value(X_L)`` and
@@ -336,31 +306,18 @@ class AttentionTransformer:
         B = X.shape[0]
         params, L, H, shared = self.check_batch_params(params, B)
         c = self.batch_head_weights(B, L, H, head_weights)
-        if self.layer.dev is not None:
-            run = self._device_forward(X, params, c, B, L, H, shared)
-            states = self.layer.dev.get(run.states).reshape((L + 1,) + X.shape)
-            return BatchForwardPass(states, c, device=run)
-        one = (lambda b: params) if shared else (lambda b: {k: v[b] for k, v in params.items()})
-        passes = [self._forward(X[b], one(b), c[b], L, H) for b in range(B)]
-        return BatchForwardPass(np.stack([f.states for f in passes], axis=1), c, passes=passes)
+        run = self._forward_run(X, params, c, L, H, shared)
+        return BatchForwardPass(run.ops.rt.get(run.states).reshape((L + 1,) + X.shape), c, run)
 
     def backward_batch(self, fwd: BatchForwardPass, params: dict[str, Any], p_final: Any) -> BatchAdjointPass:
         """Adjoints (L+1, B, N, d) from p_L = ``p_final`` (B, N, d) and per-problem gradients (B, L, H, ...)."""
         pL = np.ascontiguousarray(p_final, dtype=self.dtype)
         if pL.shape != fwd.states.shape[1:]:
             raise ValueError(f"p_final must have shape {fwd.states.shape[1:]}, got {pL.shape}")
-        B = pL.shape[0]
-        params, L, H, shared = self.check_batch_params(params, B)
-        if fwd.device is not None and self.layer.dev is not None:
-            if (1 if shared else B) != fwd.device.PB:  # the kernels would index the other layout
-                raise ValueError("params must be shared ((L, H, ...)) or per problem ((B, L, H, ...)) as in the "
-                                 f"forward pass ({'shared' if fwd.device.PB == 1 else 'per problem'})")
-            return BatchAdjointPass(*self._device_backward(fwd.device, self._device_params(params, shared), pL))
-        assert fwd.passes is not None
-        one = (lambda b: params) if shared else (lambda b: {k: v[b] for k, v in params.items()})
-        adj = [self.backward(fwd.passes[b], one(b), pL[b]) for b in range(B)]
-        return BatchAdjointPass(np.stack([a.p for a in adj], axis=1),
-                                {k: np.stack([a.grads[k] for a in adj]) for k in PARAM_NAMES})
+        params, L, H, shared = self.check_batch_params(params, pL.shape[0])
+        if fwd.run is None:
+            raise ValueError("fwd must be a BatchForwardPass of forward_batch (it keeps the layer caches)")
+        return BatchAdjointPass(*self._backward_run(fwd.run, params, pL, shared))
 
     def loss_and_grad_batch(self, X0s: Any, params: dict[str, Any], losses: Sequence[Any], head_weights: Any = None):
         """(loss values (B,), per-problem gradients (B, L, H, ...), BatchForwardPass, BatchAdjointPass);
@@ -372,55 +329,53 @@ class AttentionTransformer:
         adj = self.backward_batch(fwd, params, np.stack([f.grad(x) for f, x in zip(losses, XL)]))
         return np.array([float(f.value(x)) for f, x in zip(losses, XL)]), adj.grads, fwd, adj
 
-    # ------------------------------------------------------------------ device-resident passes
-    def _device_params(self, params: dict[str, np.ndarray], shared: bool = True) -> dict[str, Any]:
-        """Parameters on the device as (L, PB H, ...): one copy each (per problem: (B, L, H, ...) -> L-major)."""
-        dev = self.layer.dev
-        assert dev is not None
+    # ------------------------------------------------------------------ the passes, host or device
+    def _put_params(self, rt: Any, params: dict[str, np.ndarray], shared: bool) -> dict[str, Any]:
+        """Parameters on runtime ``rt`` as (L, PB H, ...): one copy each (per problem: (B, L, H, ...) ->
+        L-major, problem-major heads per layer)."""
         if shared:
-            return {k: dev.put(v) for k, v in params.items()}
+            return {k: rt.put(v) for k, v in params.items()}
         out = {}
-        for k, v in params.items():  # (B, L, H, r, s) -> (L, B H, r, s): problem-major heads per layer
+        for k, v in params.items():  # (B, L, H, r, s) -> (L, B H, r, s)
             B, L, H = v.shape[:3]
-            out[k] = dev.put(np.ascontiguousarray(v.transpose(1, 0, 2, 3, 4)).reshape((L, B * H) + v.shape[3:]))
+            out[k] = rt.put(np.ascontiguousarray(v.transpose(1, 0, 2, 3, 4)).reshape((L, B * H) + v.shape[3:]))
         return out
 
-    def _device_forward(self, X: np.ndarray, params: dict[str, np.ndarray], c: np.ndarray, B: int, L: int, H: int,
-                        shared: bool = True) -> _DeviceRun:
-        """x_{r+1} = x_r + F(x_r) for r < L on the device; X (B, N, d), c (B, L, H); copies in only."""
-        layer, dev = self.layer, self.layer.dev
-        assert dev is not None
-        N, d = X.shape[1], self.d
-        dp = self._device_params(params, shared)
-        dc = dev.put(np.ascontiguousarray(c.transpose(1, 0, 2)).reshape(L, B * H))  # (L, B H)
-        states, OH = dev.empty((L + 1, B * N, d)), dev.empty((B * H, N, d))
-        # x_0: head_sum over zero heads copies BASE into OUT (no host round trip)
-        dev.launch(layer._module, "head_sum", B * N, OH, dev.put(X.reshape(B * N, d)), B, 0, N, states[0])
-        cache = DeviceCache.empty(dev, (L, B * H), N, self.d_k, self.d_v)
+    def _forward_run(self, X: np.ndarray, params: dict[str, np.ndarray], c: np.ndarray, L: int, H: int,
+                     shared: bool) -> _Run:
+        """x_{r+1} = x_r + F_r(x_r), r = 0..L-1, for B problems X (B, N, d) with head weights c (B, L, H),
+        where the layer runs (:func:`~transformer_limits.numeric.attention.batched_layer.layer_ops`); on
+        a device the inputs are copied in once and nothing comes back."""
+        B, N, d = X.shape
+        ops = layer_ops(self.layer, B, H, N)
+        rt = ops.rt
+        dp = self._put_params(rt, params, shared)
+        dc = rt.put(np.ascontiguousarray(c.transpose(1, 0, 2)).reshape(L, B * H))  # (L, B H)
+        states = rt.empty((L + 1, B * N, d))
+        ops.copy_in(states, 0, X.reshape(B * N, d))
+        caches = ops.caches(L)
         PB = 1 if shared else B
         for r in range(L):
-            layer.device_field(states[r], dp["Q"][r], dp["K"][r], dp["V"][r], dp["O"][r], dc[r], B, H, N, PB,
-                               states[r], states[r + 1], cache.layer(r), OH)
-        return _DeviceRun(B, L, H, N, PB, dp, dc, states, cache)
+            ops.field(states[r], _heads(dp, r), dc[r], PB, states[r], states[r + 1], caches.layer(r))
+        return _Run(ops, B, L, H, N, dc, states, caches)
 
-    def _device_backward(self, run: _DeviceRun, dp: dict[str, Any], pL: np.ndarray):
-        """p_r = p_{r+1} + xbar_r and the gradients on the device; pL (B, N, d).  Returns host
-        p (L+1, B, N, d) and gradients {k: (B, L, H, ...)}."""
-        layer, dev = self.layer, self.layer.dev
-        assert dev is not None
+    def _backward_run(self, run: _Run, params: dict[str, np.ndarray], pL: np.ndarray, shared: bool):
+        """p_r = p_{r+1} + xbar_r(p_{r+1}) and the layer-r gradients for r = L-1..0, where the forward pass
+        ran; pL (B, N, d).  Returns host p (L+1, B, N, d) and gradients {k: (B, L, H, ...)}."""
+        ops, rt = run.ops, run.ops.rt
         B, L, H, N, d = run.B, run.L, run.H, run.N, self.d
-        p = dev.empty((L + 1, B * N, d))
-        # copy p_L in: head_sum over zero heads (PARTS is never read, but Numba types it: a 3-D array)
-        dev.launch(layer._module, "head_sum", B * N, p[:1], dev.put(pL.reshape(B * N, d)), B, 0, N, p[L])
+        dp = self._put_params(rt, params, shared)
+        PB = 1 if shared else B  # the layout of these parameters (the caches are per problem either way)
+        p = rt.empty((L + 1, B * N, d))
+        ops.copy_in(p, L, pL.reshape(B * N, d))
         shapes = param_shapes(L, B * H, d, self.d_k, self.d_v)
-        grads = {k: dev.empty(shapes[k]) for k in PARAM_NAMES}
+        grads = {k: rt.empty(shapes[k]) for k in PARAM_NAMES}
         for r in range(L - 1, -1, -1):
-            layer.device_vjp(run.states[r], dp["Q"][r], dp["K"][r], dp["V"][r], dp["O"][r], run.c[r], B, H, N,
-                             run.PB, run.cache.layer(r), p[r + 1], p[r + 1], p[r],
-                             (grads["Q"][r], grads["K"][r], grads["V"][r], grads["O"][r]), lions=self.lions_term)
-        host_p = dev.get(p).reshape(L + 1, B, N, d)
+            ops.vjp(run.states[r], _heads(dp, r), run.c[r], PB, run.caches.layer(r), p[r + 1], p[r + 1], p[r],
+                    _heads(grads, r), lions=self.lions_term)
+        host_p = rt.get(p).reshape(L + 1, B, N, d)
         out = {}
         for k in PARAM_NAMES:  # (L, B H, r, s) -> (B, L, H, r, s)
-            g = dev.get(grads[k])
+            g = rt.get(grads[k])
             out[k] = np.ascontiguousarray(g.reshape((L, B, H) + g.shape[2:]).transpose(1, 0, 2, 3, 4))
         return host_p, out

@@ -45,20 +45,17 @@ from typing import Any
 
 import numpy as np
 
+from transformer_limits.numeric.sphere import loops
 from transformer_limits.numeric.sphere.derived_constants import RELU_DK1_TIMES_D
+from transformer_limits.numeric.sphere.loops import Pieces, SDEConstants
 from transformer_limits.numeric.sphere.lyapunov import LyapunovEstimate
 from transformer_limits.numeric.sphere.transformer import (
-    MLPLayer,
     SphereTransformer,
     attention_scale,
     check_field_settings,
     layer_norm,
     project_tangent,
 )
-from transformer_limits.numeric.attention.kernels import attention_kernels
-from transformer_limits.numeric.kernel_family import ATTENTION
-from transformer_limits.numeric.sphere import device_runs
-from transformer_limits.numeric.sphere.device_runs import array_path, simulate_exact, simulate_features
 from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
 
 __all__ = ["CommonNoiseSDE", "psd_sqrt", "coupled_discrete_and_sde", "coupled_width_chains",
@@ -69,23 +66,27 @@ STRONG_ORDER = 0.5
 
 
 def psd_sqrt(K: np.ndarray) -> np.ndarray:
-    """Symmetric PSD square root of a symmetric (N, N) matrix (eigenvalues < 0 clipped to 0)."""
-    w, Q = np.linalg.eigh(0.5 * (K + K.T))
-    return (Q * np.sqrt(np.clip(w, 0.0, None))) @ Q.T
+    """Symmetric PSD square root of a symmetric (N, N) matrix (eigenvalues < 0 clipped to 0)
+    (``transformer_limits.numeric.sphere.loops.psd_sqrt`` on NumPy)."""
+    return loops.psd_sqrt(np, K)
+
+
+def _rng(seed: int | np.random.Generator) -> np.random.Generator:
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
 
 
 @dataclass(frozen=True)
 class CommonNoiseSDE:
     """The limit SDE of docs/theory.md §B.3 with its noise models and projected EM step.
 
-    ``backend``: any of the MLP-field backends.  On the GPU backends (and on numpy at
-    ``precision="float32"``) :meth:`simulate`, :meth:`simulate_batch`, :meth:`simulate_systems` and
-    the two couplings keep the state on the device for the whole run
-    (``transformer_limits.numeric.sphere.device_runs``, :attr:`device_resident`); ``numba-cuda``
-    without CuPy has no device array arithmetic and runs the host loops (per-call kernel copies).
-    ``precision``: ``float64`` (default) or ``float32`` (numpy, cupy: the runs above return float32;
-    the other methods compute in float64); the Numba backends are float64-only (ValueError naming
-    precision).
+    ``backend``: any of the MLP-field backends.  :meth:`simulate`, :meth:`simulate_batch`,
+    :meth:`simulate_systems` and the two couplings are the loops of
+    ``transformer_limits.numeric.sphere.loops``, the same code on the host and on a GPU backend,
+    where the state stays on the device for the whole run (:attr:`device_resident`); ``numba-cuda``
+    without CuPy has no device array arithmetic and runs them on host arrays (per-call kernel copies).
+    ``precision``: ``float64`` (default) or ``float32`` (numpy, cupy: the runs return float32 and the
+    kernels, k(1) included, compute in float32); the Numba backends are float64-only (ValueError
+    naming precision).
     """
 
     d: int
@@ -108,11 +109,11 @@ class CommonNoiseSDE:
 
     @property
     def device_resident(self) -> bool:
-        """Whether :meth:`simulate` and :meth:`simulate_systems` run on the array path of
-        ``transformer_limits.numeric.sphere.device_runs`` (state on the device for the whole run;
-        float32 NumPy); False on numpy / numba in float64 and on ``numba-cuda`` without CuPy, which
-        run the host loops below (the GPU kernels then copy per call)."""
-        return array_path(self.backend, self.precision)
+        """Whether the runs keep the state in device arrays for the whole run and compute with the
+        array arithmetic of ``transformer_limits.numeric.sphere.loops`` (GPU backends with array
+        arithmetic; numpy in float32 takes the array arithmetic on the host); False on numpy / numba in
+        float64 and on ``numba-cuda`` without CuPy (the reference arithmetic on host arrays)."""
+        return not loops.reference_arithmetic(loops.runtime_for((self.backend, self.precision)))
 
     @classmethod
     def from_model(cls, model: SphereTransformer, **overrides) -> "CommonNoiseSDE":
@@ -126,7 +127,9 @@ class CommonNoiseSDE:
     # ------------------------------------------------------------------ kernel
     @property
     def kernels(self):
-        return mlp_field_kernels(self.activation, self.backend)
+        """The generated MLP-field kernels of the SDE's backend at its precision (built once per
+        process, shared by every run)."""
+        return mlp_field_kernels(self.activation, self.backend, self.precision)
 
     def kernel_matrix(self, X: np.ndarray) -> np.ndarray:
         """K = [k(⟨x_i, x_j⟩)], shape (N, N)."""
@@ -151,18 +154,28 @@ class CommonNoiseSDE:
         """c = k(1)(d−1)/2 (0 when ``ito_drift`` is False)."""
         return self.k1 * (self.d - 1) / 2 if self.ito_drift else 0.0
 
+    @property
+    def constants(self):  # -> loops.SDEConstants (the loops are not in the API reference)
+        """What the loops read of the SDE (``transformer_limits.numeric.sphere.loops.SDEConstants``;
+        c from one k(1) of the run's kernels)."""
+        return self._constants(self.ito_coefficient)
+
+    def _constants(self, c: float) -> SDEConstants:
+        assert self.Q is not None and self.K is not None and self.V is not None  # set by __post_init__
+        return SDEConstants(d=int(self.d), activation=self.activation, sigma_u=float(self.sigma_u),
+                            sigma_w=float(self.sigma_w), scale=attention_scale(self.attention), Q=self.Q, K=self.K,
+                            V=self.V, backend=self.backend, precision=self.precision, c=c)
+
+    def _host(self, drift: bool = True) -> Pieces:
+        """The maps on host (NumPy) arrays, for the methods below (k(1) computed only for the drift;
+        not cached: the SDE stays picklable and holds no kernels)."""
+        return Pieces(loops.host_runtime((self.backend, self.precision)),
+                      self._constants(self.ito_coefficient if drift else 0.0))
+
     # ------------------------------------------------------------------ drift and noise
     def drift(self, X: np.ndarray) -> np.ndarray:
         """b(X) = P_X s Attn(μ^N_X, X) − c X, shape (N, d)."""
-        s = attention_scale(self.attention)
-        out = -self.ito_coefficient * X
-        if s != 0.0:
-            # the attention family runs on the same backend where it has one (numba, the CUDA
-            # flavours), else on NumPy
-            backend = self.backend if self.backend in ATTENTION.backends() else "numpy"
-            A = attention_kernels(self.d, self.d, self.d, backend).attention(X, X, self.Q, self.K, self.V)
-            out = out + s * project_tangent(X, A)
-        return out
+        return self._host().drift(X)
 
     def exact_increment(self, X: np.ndarray, h: float, Z: np.ndarray) -> np.ndarray:
         """dW = √h K(X)^{1/2} Z, exact in law at the N positions (Z (N, d) standard normal)."""
@@ -170,8 +183,7 @@ class CommonNoiseSDE:
 
     def feature_increment(self, X: np.ndarray, U: np.ndarray, b_U: np.ndarray, dB: np.ndarray) -> np.ndarray:
         """dW(x_i) = (1/√m) Σ_k φ_k(x_i) dB^k + σ_W dB^0 for dB (m+1, d) (row m is dB^0)."""
-        m = U.shape[0]
-        return (self.kernels.features(X, U, b_U) @ dB[:m]) / np.sqrt(m) + self.sigma_w * dB[m][None, :]
+        return self._host(drift=False).feature_increment(X, U, b_U, dB)
 
     def step(self, X: np.ndarray, h: float, dW: np.ndarray, *, renormalise: bool = True) -> np.ndarray:
         """Projected Euler–Maruyama: ``X̃ = X + h b(X) + P_X dW``, then ``X̃/|X̃|`` (if ``renormalise``).
@@ -182,41 +194,33 @@ class CommonNoiseSDE:
         SDE on the sphere, where the scheme's order is measured; off it this is one choice of
         extension, not the paper's dynamics.
         """
-        Xt = X + h * self.drift(X) + (project_tangent(layer_norm(X), dW))
-        return layer_norm(Xt) if renormalise else Xt
+        return self._host().em_step(X, h, dW, renormalise)
 
     # ------------------------------------------------------------------ runs
+    def _runtime(self):
+        return loops.runtime_for((self.backend, self.precision))
+
     def simulate(self, X0: np.ndarray, T: float, n_steps: int, seed: int | np.random.Generator = 0,
                  *, renormalise: bool = True) -> np.ndarray:
         """Trajectory (n_steps+1, N, d) with exact-in-law increments, h = T/n_steps.
 
-        Z (N, d) per step from ``seed`` in the same order on every backend; dtype of ``precision``.
-        On the array path (:attr:`device_resident`) K(X) is the generated zonal kernel and its root
-        ``xp.linalg.eigh`` on the device, Z uploaded in chunks of steps, the path copied back once.
+        Z (N, d) per step from ``seed`` in the same order on every backend; dtype of ``precision``
+        (``transformer_limits.numeric.sphere.loops.exact_runs``: on a device K(X) is the generated
+        zonal kernel and its root ``xp.linalg.eigh`` there, Z uploaded in chunks of steps, the path
+        copied back once).
         """
-        if self.device_resident:
-            X0 = np.asarray(X0, dtype=np.float64)
-            return simulate_exact(self, attention_scale(self.attention), X0[None], T, n_steps, [seed],
-                                  renormalise)[0]
-        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-        X = layer_norm(np.asarray(X0, dtype=np.float64))
-        h = T / n_steps
-        out = np.empty((n_steps + 1, *X.shape))
-        out[0] = X
-        for n in range(n_steps):
-            X = self.step(X, h, self.exact_increment(X, h, rng.standard_normal(X.shape)),
-                          renormalise=renormalise)
-            out[n + 1] = X
-        return out
+        X0 = np.asarray(X0, dtype=np.float64)
+        return self.simulate_batch(X0[None], T, n_steps, [seed], renormalise=renormalise)[0]
 
     def simulate_batch(self, X0s: np.ndarray, T: float, n_steps: int, seeds, *,
                        renormalise: bool = True) -> np.ndarray:
         """B independent runs of :meth:`simulate` (own initial condition, own noise), shape
         (B, n_steps+1, N, d): ``out[b] == simulate(X0s[b], T, n_steps, seeds[b])`` up to round-off.
 
-        X0s (B, N, d) (equal N); ``seeds`` one int or Generator per run.  On the array path
+        X0s (B, N, d) (equal N); ``seeds`` one int or Generator per run.  With the array arithmetic
         (:attr:`device_resident`) all runs advance together: one zonal-kernel launch, one batched
-        eigh and one batched attention per step for the whole batch; else a loop of :meth:`simulate`.
+        eigh and one batched attention per step for the whole batch; the reference runs one after
+        the other.
         """
         X0s = np.asarray(X0s, dtype=np.float64)
         if X0s.ndim != 3 or X0s.shape[2] != self.d:
@@ -224,9 +228,9 @@ class CommonNoiseSDE:
         seeds = list(seeds)
         if len(seeds) != X0s.shape[0]:
             raise ValueError(f"seeds must give one seed per run ({X0s.shape[0]}), got {len(seeds)}")
-        if self.device_resident:
-            return simulate_exact(self, attention_scale(self.attention), X0s, T, n_steps, seeds, renormalise)
-        return np.stack([self.simulate(X, T, n_steps, s, renormalise=renormalise) for X, s in zip(X0s, seeds)])
+        shape = X0s.shape[1:]
+        draws = [(lambda rng=_rng(seed): rng.standard_normal(shape)) for seed in seeds]
+        return loops.exact_runs(self._runtime(), self.constants, X0s, T, n_steps, draws, renormalise)
 
     def sample_features(self, m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """First layer (U (m, d), b_U (m,)) of a width-m MLP."""
@@ -238,36 +242,23 @@ class CommonNoiseSDE:
         fresh features per step); attention acts within each system.  Returns, per system, the
         positions at ``eval_steps`` (default: all), shape (n_eval, N_s, d), dtype of ``precision``.
 
-        On the array path (:attr:`device_resident`) the systems' tokens are concatenated so that the
-        features of all systems are one launch per step (attention per system, batched when all N_s
-        are equal), the draws are the host loop's, uploaded in chunks, and only the ``eval_steps``
-        positions come back, once (``transformer_limits.numeric.sphere.device_runs.simulate_features``).
+        Per step the draws are ``U, b_U`` (:meth:`sample_features`) then ``dB = √h N(0,1)^{(m+1) x d}``
+        (``transformer_limits.numeric.sphere.loops.feature_runs``: the systems' tokens are one
+        concatenated state; with the array arithmetic the features of all systems are one launch per
+        step and attention is batched when all N_s are equal; on a device the draws are uploaded in
+        chunks and only the ``eval_steps`` positions come back, once).
         """
-        if self.device_resident:
-            return simulate_features(self, attention_scale(self.attention), systems, T, n_steps, m, seed,
-                                     eval_steps)
-        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-        h = T / n_steps
-        Xs = [layer_norm(np.asarray(X, dtype=np.float64)) for X in systems]
-        eval_steps = set(range(n_steps + 1) if eval_steps is None else eval_steps)
-        out = [[X] if 0 in eval_steps else [] for X in Xs]
-        for n in range(n_steps):
+        rng = _rng(seed)
+        root_h = np.sqrt(T / n_steps)
+
+        def draw() -> tuple[np.ndarray, ...]:
             U, b_U = self.sample_features(m, rng)
-            dB = np.sqrt(h) * rng.standard_normal((m + 1, self.d))
-            Xs = [self.step(X, h, self.feature_increment(X, U, b_U, dB)) for X in Xs]
-            if n + 1 in eval_steps:
-                for o, X in zip(out, Xs):
-                    o.append(X)
-        return [np.stack(o) for o in out]
+            return U, b_U, root_h * rng.standard_normal((m + 1, self.d))
+
+        return loops.feature_runs(self._runtime(), self.constants, systems, T, n_steps, m, draw, eval_steps)
 
 
 # ---------------------------------------------------------------------------------------- couplings
-def _coupled_on_device(model: SphereTransformer, sde: CommonNoiseSDE) -> bool:
-    """The couplings take the array path (``transformer_limits.numeric.sphere.device_runs``) when
-    the SDE does and the model has the same backend and precision; else the host loops."""
-    return sde.device_resident and (model.backend, model.precision) == (sde.backend, sde.precision)
-
-
 def coupled_discrete_and_sde(model: SphereTransformer, sde: CommonNoiseSDE, X0: np.ndarray, substeps: int,
                              seed: int | np.random.Generator = 0, *,
                              renormalise: bool = True) -> tuple[np.ndarray, np.ndarray, float]:
@@ -276,33 +267,22 @@ def coupled_discrete_and_sde(model: SphereTransformer, sde: CommonNoiseSDE, X0: 
     The SDE is integrated by projected EM with ``substeps`` steps per layer (plain EM in R^d when
     ``renormalise`` is False).  Returns
     ``(X (L+1, N, d), X̄ on the grid (L+1, N, d), sup_err)`` with
-    ``sup_err = max over fine times t of (1/N) Σ_i |X^i_{⌊Lt/T⌋} − X̄^i_t|²``.
+    ``sup_err = max over fine times t of (1/N) Σ_i |X^i_{⌊Lt/T⌋} − X̄^i_t|²``.  Per layer the draws
+    are (U, b_U) (:meth:`CommonNoiseSDE.sample_features`) then dB (substeps, m+1, d)
+    (``transformer_limits.numeric.sphere.loops.coupled_run``, on the runtime the two share).
     """
     if substeps < 1:
         raise ValueError(f"substeps must be >= 1, got {substeps}")
-    if _coupled_on_device(model, sde):
-        scales = (attention_scale(model.attention), attention_scale(sde.attention))
-        return device_runs.coupled_discrete_and_sde(model, sde, scales, X0, substeps, seed, renormalise)
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    X = Xbar = layer_norm(np.asarray(X0, dtype=np.float64))
-    dt, m, d = model.dt, model.m, model.d
-    h = dt / substeps
-    disc, grid = [X], [Xbar]
-    sup_err = 0.0
-    for _ in range(model.L):
+    rng = _rng(seed)
+    m, d = model.m, model.d
+    root_h = np.sqrt(model.dt / substeps)
+
+    def draw() -> tuple[np.ndarray, ...]:
         U, b_U = sde.sample_features(m, rng)
-        dB = np.sqrt(h) * rng.standard_normal((substeps, m + 1, d))
-        total = dB.sum(axis=0) / np.sqrt(dt)
-        layer = MLPLayer(U, b_U, total[:m].T.copy(), sde.sigma_w * total[m])
-        for s in range(substeps):
-            Xbar = sde.step(Xbar, h, sde.feature_increment(Xbar, U, b_U, dB[s]), renormalise=renormalise)
-            if s < substeps - 1:
-                sup_err = max(sup_err, float(np.mean(np.sum((X - Xbar) ** 2, axis=1))))
-        X = model.layer(X, layer)
-        sup_err = max(sup_err, float(np.mean(np.sum((X - Xbar) ** 2, axis=1))))
-        disc.append(X)
-        grid.append(Xbar)
-    return np.stack(disc), np.stack(grid), sup_err
+        return U, b_U, root_h * rng.standard_normal((substeps, m + 1, d))
+
+    rt = loops.runtime_for((model.backend, model.precision), (sde.backend, sde.precision))
+    return loops.coupled_run(rt, model.constants, sde.constants, X0, substeps, draw, renormalise)
 
 
 def coupled_width_chains(model: SphereTransformer, sde: CommonNoiseSDE, X0: np.ndarray,
@@ -311,22 +291,19 @@ def coupled_width_chains(model: SphereTransformer, sde: CommonNoiseSDE, X0: np.n
 
     Layer: Y = LN(X + α_1 s Attn(X)); width m: X' = LN(Y + √Δt (K^m(Y))^{1/2} Z) with
     K^m = Φ(Y)Φ(Y)^T/m + σ_W² (equal in law, given (U, b_U), to the literal MLP at the N tokens);
-    m = ∞: X' = LN(Y + √Δt K(Y)^{1/2} Z).  Returns the two final states, each (N, d).
+    m = ∞: X' = LN(Y + √Δt K(Y)^{1/2} Z).  Returns the two final states, each (N, d).  Per layer the
+    draws are (U, b_U) then Z (N, d) (``transformer_limits.numeric.sphere.loops.width_chains_run``).
     """
-    if _coupled_on_device(model, sde):
-        return device_runs.coupled_width_chains(model, sde, attention_scale(model.attention), X0, seed)
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    Xm = Xinf = layer_norm(np.asarray(X0, dtype=np.float64))
-    root = np.sqrt(model.dt)
-    for _ in range(model.L):
-        U, b_U = sde.sample_features(model.m, rng)
-        Z = rng.standard_normal(Xm.shape)
-        Ym, Yinf = model.attention_step(Xm), model.attention_step(Xinf)
-        Phi = sde.kernels.features(Ym, U, b_U)
-        Km = Phi @ Phi.T / model.m + sde.sigma_w**2
-        Xm = layer_norm(Ym + root * psd_sqrt(Km) @ Z)
-        Xinf = layer_norm(Yinf + root * psd_sqrt(sde.kernel_matrix(Yinf)) @ Z)
-    return Xm, Xinf
+    rng = _rng(seed)
+    m, shape = model.m, np.shape(X0)
+
+    def draw() -> tuple[np.ndarray, ...]:
+        U, b_U = sde.sample_features(m, rng)
+        return U, b_U, rng.standard_normal(shape)
+
+    rt = loops.runtime_for((model.backend, model.precision), (sde.backend, sde.precision))
+    # the chains read the SDE's field only, not its drift: no k(1) (no kernel call for it)
+    return loops.width_chains_run(rt, model.constants, sde._constants(0.0), X0, draw)
 
 
 def strong_errors_random_features(sde: CommonNoiseSDE, X0: np.ndarray, T: float, levels, ref_steps: int,

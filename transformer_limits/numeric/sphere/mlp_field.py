@@ -4,8 +4,9 @@
 :data:`transformer_limits.numeric.kernel_family.MLP_FIELD` from the kernel cache (SymPy is imported
 only on a cache miss) for the ``numpy`` (reference), ``numba``, ``numba-cuda`` / ``numba-cuda-sim``
 (``numba.cuda.jit``) or ``cupy`` (CUDA C) backend.  Every backend takes and returns host (NumPy)
-arrays (the CUDA runners copy the inputs to the device and the result back, per call, through
-:class:`transformer_limits.numeric.device_arrays.DeviceArrays`); with ``device=True`` (or a device
+arrays (one calling convention for every flavour, run through
+:class:`transformer_limits.numeric.runtime.Runtime`: on a GPU the inputs are copied to the device and
+the result back, per call); with ``device=True`` (or a device
 ``coef`` for the kernel matrix) the GPU backends take and return device arrays instead, without
 copies, so that a simulator can keep its state on the device::
 
@@ -27,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from transformer_limits.numeric.device_arrays import DTYPES, DeviceArrays
+from transformer_limits.numeric.flavours import PYTHON_NUMBA, PYTHON_NUMPY
+from transformer_limits.numeric.runtime import DTYPES, Runtime
 from transformer_limits.numeric.kernel_family import MLP_FIELD, load_source
 from transformer_limits.numeric.precision import resolve_precision
 from transformer_limits.resource_limits import check_memory
@@ -40,7 +42,6 @@ __all__ = ["MLPFieldKernels", "mlp_field_kernels", "mehler_coefficients", "mehle
 MLP_BACKENDS = MLP_FIELD.backends()
 _MEHLER_TERMS = 40
 _QUAD_NODES = 160
-_GPU_FLAVOURS = ("python-cuda", "cuda-c")
 
 
 @lru_cache(maxsize=None)
@@ -62,9 +63,11 @@ class MLPFieldKernels:
         self.source_path = MLP_FIELD.source_path(self.flavour, activation=activation)
         # resolved and looked up once, above; cuda-c is compiled for the precision's `real`
         self._module = load_source(self.source_path, self.flavour, precision)
-        self._numpy = self._module if self.flavour == "python-numpy" else None
+        self._numpy = self._module if self.flavour is PYTHON_NUMPY else None
+        #: arrays and kernel calls of every flavour (on numpy / numba put and get are casts)
+        self.runtime = Runtime(backend, precision)
         #: device arrays and launches of a GPU flavour (None on numpy / numba)
-        self.arrays = DeviceArrays(backend, precision) if self.flavour in _GPU_FLAVOURS else None
+        self.arrays = self.runtime if self.flavour.on_device else None
 
     def _reference(self):
         if self._numpy is None:
@@ -73,7 +76,7 @@ class MLPFieldKernels:
 
     def phi(self, z: np.ndarray) -> np.ndarray:
         """φ elementwise (NumPy flavour of the generated expression)."""
-        return self._reference().phi(np.asarray(z, dtype=np.float64))
+        return self._reference()._phi(np.asarray(z, dtype=np.float64))
 
     def _host(self, *arrays) -> list[np.ndarray]:
         return [np.ascontiguousarray(a, dtype=self.dtype) for a in arrays]
@@ -98,52 +101,29 @@ class MLPFieldKernels:
         return self._call("mlp_field", Y.shape, (Y, U, b_U, W, b_W), device)
 
     def _call(self, kind: str, shape: tuple[int, ...], args: tuple, device: bool) -> Any:
-        """Run ``kind`` on the flavour; GPU flavours copy host arguments in and the result out
-        unless ``device`` (then arguments and result stay device arrays)."""
-        if device and self.flavour == "python-numba":
+        """Run ``kind`` (``features`` | ``mlp_field`` | ``zonal``: the arguments of
+        ``zonal_kernel_matrix``) into an output of ``shape``, one path for every flavour: host arguments
+        are put on the runtime and the result is got back (on numpy / numba casts, on a GPU copies)
+        unless ``device`` (then arguments and result stay arrays of the runtime).  A GPU launch has one
+        thread per output entry; the sizes reach only the CUDA C kernels (``sizes=``)."""
+        if device and self.flavour is PYTHON_NUMBA:
             raise ValueError("device=True needs a GPU backend or numpy, not numba")
-        if self.arrays is None:
-            return self._RUNNERS[self.flavour](self, kind, shape, *args)
+        rt, m = self.runtime, self._module
         if not device:
-            args = tuple(self.arrays.put(a) if isinstance(a, np.ndarray) else a for a in args)
-        out = self._RUNNERS[self.flavour](self, kind, shape, *args)
-        return out if device else self.arrays.get(out)
-
-    # ------------------------------------------------------------------ runners
-    # numpy / numba: host arrays in and out; numba-cuda / cupy: device arrays in and out
-    def _run_numpy(self, kind, shape, *args):
-        return getattr(self._module, "zonal_kernel_matrix" if kind == "zonal" else kind)(*args)
-
-    def _run_numba(self, kind, shape, *args):
-        out = np.empty(shape)
-        getattr(self._module, "zonal_kernel_matrix" if kind == "zonal" else kind)(*args, out)
-        return out
-
-    def _run_gpu(self, kind, shape, *args):
-        """One thread per output entry; ``cuda-c`` kernels take the sizes after the arrays."""
-        dev, m = self.arrays, self._module
-        assert dev is not None
-        c = self.flavour == "cuda-c"
-        out = dev.empty(shape)
-        if kind == "zonal":  # X, d, sigma_u, sigma_w, coef
+            args = tuple(rt.put(a) if isinstance(a, np.ndarray) else a for a in args)
+        out = rt.empty(shape)
+        if kind == "zonal":
             X, d, sigma_u, sigma_w, coef = args
-            tail = (coef, coef.shape[0], out, X.shape[0], X.shape[1]) if c else (coef, out)
-            dev.launch(m, "zonal_kernel_matrix", shape[0] * shape[1], X, float(d), float(sigma_u),
-                       float(sigma_w), *tail)
-            return out
-        Y, U, b_U = args[:3]
-        N, D, n_feat = Y.shape[0], Y.shape[1], U.shape[0]
-        sizes = (N, n_feat, D) if c else ()
-        H = out if kind == "features" else dev.empty((N, n_feat))
-        dev.launch(m, "features", N * n_feat, Y, U, b_U, H, *sizes)
-        if kind == "mlp_field":
-            dev.launch(m, "mlp_field_from_features", N * D, H, args[3], args[4], out, *sizes)
-        return out
-
-    #: how each generated flavour is called: runner(self, kind, output shape, *arrays) with kind
-    #: ``features`` | ``mlp_field`` | ``zonal`` (arguments of ``zonal_kernel_matrix``)
-    _RUNNERS = {"python-numpy": _run_numpy, "python-numba": _run_numba, "python-cuda": _run_gpu,
-                "cuda-c": _run_gpu}
+            rt.call(m, "zonal_kernel_matrix", shape[0] * shape[1], X, float(d), float(sigma_u), float(sigma_w),
+                    coef, out, sizes=(X.shape[0], X.shape[1], coef.shape[0]))
+        else:
+            Y, U, b_U = args[:3]
+            N, D, n_feat = Y.shape[0], Y.shape[1], U.shape[0]
+            H = out if kind == "features" else rt.empty((N, n_feat))
+            rt.call(m, "features", N * n_feat, Y, U, b_U, H, sizes=(N, n_feat, D))
+            if kind == "mlp_field":  # G^m from the features: (1/sqrt(m)) W H_i + b_W
+                rt.call(m, "mlp_field_from_features", N * D, H, args[3], args[4], out, sizes=(N, n_feat, D))
+        return out if device else rt.get(out)
 
     def mehler(self, d: int, sigma_u: float) -> np.ndarray:
         return mehler_coefficients(self.activation, d, sigma_u)
@@ -189,7 +169,8 @@ class MLPFieldKernels:
 def _cross_kernel(module, X, Y, d, sigma_u, sigma_w, coef):
     """k(⟨x_i, y_j⟩) through the generated symmetric kernel on the stacked tokens."""
     Z = np.concatenate([X, Y])
-    full = module.zonal_kernel_matrix(Z, float(d), float(sigma_u), float(sigma_w), coef)
+    full = np.empty((Z.shape[0], Z.shape[0]), dtype=Z.dtype)
+    module.zonal_kernel_matrix(Z, float(d), float(sigma_u), float(sigma_w), coef, full)
     return full[: X.shape[0], X.shape[0]:]
 
 

@@ -15,7 +15,9 @@ generated kernels of :mod:`transformer_limits.numeric.sphere.mlp_field` (``backe
 attention those of :mod:`transformer_limits.numeric.attention.kernels`.
 
 ``precision`` (``float64`` | ``float32``; float32 on numpy and cupy only) and the GPU backends: see
-:meth:`SphereTransformer.run`, which keeps the state on the device for the whole forward pass.
+:meth:`SphereTransformer.run`, the loop of ``transformer_limits.numeric.sphere.loops`` (the same
+code on the host and on a device, where the state stays for the whole forward pass).  The MLP-field
+kernels are those of the run's precision.
 
 ``alpha2_power`` exists to build deliberately wrong models (α_2 = (T/L)^1 has no diffusive limit).
 """
@@ -26,10 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from transformer_limits.numeric.attention.kernels import attention_kernels
-from transformer_limits.numeric.kernel_family import ATTENTION, MLP_FIELD
+from transformer_limits.numeric.kernel_family import MLP_FIELD
 from transformer_limits.numeric.precision import resolve_precision
-from transformer_limits.numeric.sphere.device_runs import array_path, transformer_run
+from transformer_limits.numeric.sphere import loops
+from transformer_limits.numeric.sphere.loops import Pieces
 from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels
 
 __all__ = ["SphereTransformer", "MLPLayer", "layer_norm", "project_tangent", "uniform_sphere",
@@ -39,13 +41,15 @@ _SCALES = {"attractive": 1.0, "none": 0.0, "repulsive": -1.0}
 
 
 def layer_norm(v: np.ndarray) -> np.ndarray:
-    """LN(v) = v/|v| row-wise, shape (..., d)."""
-    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+    """LN(v) = v/|v| row-wise, shape (..., d) (``transformer_limits.numeric.sphere.loops.layer_norm``
+    on NumPy)."""
+    return loops.layer_norm(np, v)
 
 
 def project_tangent(X: np.ndarray, V: np.ndarray) -> np.ndarray:
-    """P_x v = v − ⟨v, x⟩ x row-wise (X, V of shape (..., d))."""
-    return V - np.sum(V * X, axis=-1, keepdims=True) * X
+    """P_x v = v − ⟨v, x⟩ x row-wise (X, V of shape (..., d)) (``transformer_limits.numeric.sphere.loops.project_tangent``
+    on NumPy)."""
+    return loops.project_tangent(np, X, V)
 
 
 def uniform_sphere(n: int, d: int, rng: np.random.Generator) -> np.ndarray:
@@ -133,9 +137,10 @@ class SphereTransformer:
 
     @property
     def device_resident(self) -> bool:
-        """Whether :meth:`run` takes the array path of ``transformer_limits.numeric.sphere.device_runs``
-        (GPU backends with array arithmetic: the state stays on the device; numpy in float32)."""
-        return array_path(self.backend, self.precision)
+        """Whether :meth:`run` keeps the state in device arrays for the whole run and computes with the
+        array arithmetic of ``transformer_limits.numeric.sphere.loops`` (the GPU backends with
+        array arithmetic; numpy in float32 takes the array arithmetic on the host)."""
+        return not loops.reference_arithmetic(loops.runtime_for((self.backend, self.precision)))
 
     # ------------------------------------------------------------------ scalings
     @property
@@ -153,7 +158,23 @@ class SphereTransformer:
 
     @property
     def kernels(self):
-        return mlp_field_kernels(self.activation, self.backend)
+        """The generated MLP-field kernels of the model's backend at its precision (one per process)."""
+        return mlp_field_kernels(self.activation, self.backend, self.precision)
+
+    @property
+    def constants(self):  # -> loops.ModelConstants (the loops are not in the API reference)
+        """What the loops read of the model (``transformer_limits.numeric.sphere.loops.ModelConstants``)."""
+        return loops.ModelConstants(d=int(self.d), activation=self.activation, sigma_u=float(self.sigma_u),
+                                    sigma_w=float(self.sigma_w), scale=attention_scale(self.attention), Q=self.Q,
+                                    K=self.K, V=self.V, backend=self.backend, precision=self.precision,
+                                    m=int(self.m), L=int(self.L), dt=self.dt, alpha_1=self.alpha_1,
+                                    alpha_2=self.alpha_2)
+
+    @property
+    def _host(self) -> Pieces:
+        """The maps on host (NumPy) arrays, for the methods below (not cached: a model stays
+        picklable and holds no kernels)."""
+        return Pieces(loops.host_runtime((self.backend, self.precision)), self.constants)
 
     # ------------------------------------------------------------------ pieces
     def attention_field(self, X: np.ndarray) -> np.ndarray:
@@ -161,12 +182,11 @@ class SphereTransformer:
         s = attention_scale(self.attention)
         if s == 0.0:
             return np.zeros_like(X)
-        backend = self.backend if self.backend in ATTENTION.backends() else "numpy"  # as in the SDE
-        return s * attention_kernels(self.d, self.d, self.d, backend).attention(X, X, self.Q, self.K, self.V)
+        return s * self._host.attention(X)
 
     def attention_step(self, X: np.ndarray) -> np.ndarray:
         """Y = LN(X + α_1 s Attn_X(X))."""
-        return layer_norm(X + self.alpha_1 * self.attention_field(X))
+        return self._host.attention_step(X, self.alpha_1)
 
     def sample_layer(self, rng: np.random.Generator) -> MLPLayer:
         """Fresh Gaussian MLP parameters (U, b_U, W, b_W)."""
@@ -180,7 +200,7 @@ class SphereTransformer:
 
     def mlp_step(self, Y: np.ndarray, layer: MLPLayer) -> np.ndarray:
         """X' = LN(Y + α_2 G^m(Y))."""
-        return layer_norm(Y + self.alpha_2 * self.mlp_field(Y, layer))
+        return self._host.mlp_step(Y, self.alpha_2, layer.U, layer.b_U, layer.W, layer.b_W)
 
     def layer(self, X: np.ndarray, layer: MLPLayer) -> np.ndarray:
         """One block: attention step then MLP step."""
@@ -188,19 +208,17 @@ class SphereTransformer:
 
     # ------------------------------------------------------------------ runs
     def run(self, X0: np.ndarray, seed: int | np.random.Generator = 0) -> np.ndarray:
-        """Trajectory X_0, …, X_L, shape (L+1, N, d) (dtype of ``precision``); MLPs drawn from
-        ``default_rng(seed)`` in the same order on every backend.  On the array path
-        (:attr:`device_resident`) the positions stay device arrays, the MLPs are uploaded in chunks of
-        layers and the trajectory comes back once."""
+        """Trajectory X_0, …, X_L, shape (L+1, N, d) (dtype of ``precision``); MLPs drawn by
+        :meth:`sample_layer` from ``default_rng(seed)`` in the same order on every backend
+        (``transformer_limits.numeric.sphere.loops.transformer_run``: on a device the positions
+        stay device arrays, the MLPs are uploaded in chunks of layers and the trajectory comes back
+        once)."""
         if np.ndim(X0) != 2 or np.shape(X0)[1] != self.d:
             raise ValueError(f"X0 must have shape (N, {self.d}), got {np.shape(X0)}")
-        if self.device_resident:
-            return transformer_run(self, attention_scale(self.attention), X0, seed)
-        X = layer_norm(np.asarray(X0, dtype=np.float64))
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-        out = np.empty((self.L + 1, *X.shape))
-        out[0] = X
-        for ell in range(self.L):
-            X = self.layer(X, self.sample_layer(rng))
-            out[ell + 1] = X
-        return out
+
+        def draw() -> tuple[np.ndarray, ...]:
+            lay = self.sample_layer(rng)
+            return lay.U, lay.b_U, lay.W, lay.b_W
+
+        return loops.transformer_run(loops.runtime_for((self.backend, self.precision)), self.constants, X0, draw)

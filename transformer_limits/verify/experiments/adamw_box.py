@@ -127,16 +127,16 @@ def box_margins(s: dict[str, Any], seed: int, optimizer: str, *, coupled: bool =
         if optimizer == "blockwise":
             R0 = np.linalg.norm(theta0, axis=(-2, -1))
             bound = adamw_box_radius_path(R0, s["lr"], lam, beta1, beta2, K, norm="blockwise")
-            closed = transformer_limits.derivation("adamw-box", beta1=beta1, beta2=beta2, lr=s["lr"],
-                                                   weight_decay=lam, R0=float(R0.max()),
-                                                   steps=K).values["R_theta_blockwise"]
+            closed = transformer_limits.derivation_values("adamw-box", beta1=beta1, beta2=beta2, lr=s["lr"],
+                                                          weight_decay=lam, R0=float(R0.max()),
+                                                          steps=K)["R_theta_blockwise"]
         else:
             path = adamw_box_radius_path(np.abs(theta0), s["lr"], lam, beta1, beta2, K)
             bound = np.linalg.norm(path, axis=(-2, -1))
-            closed = transformer_limits.derivation(
+            closed = transformer_limits.derivation_values(
                 "adamw-box", beta1=beta1, beta2=beta2, lr=s["lr"], weight_decay=lam,
                 R0=float(np.abs(theta0).max()), steps=K,
-                entries=int(theta0.shape[-1] * theta0.shape[-2])).values["R_theta_coordinatewise_frobenius"]
+                entries=int(theta0.shape[-1] * theta0.shape[-2]))["R_theta_coordinatewise_frobenius"]
         worst = max(worst, float(np.max(measured / bound)))
         worst_closed = max(worst_closed, float(measured[-1].max() / closed))
         final_measured.append(float(measured[-1].max()))

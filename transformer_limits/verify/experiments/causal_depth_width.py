@@ -38,10 +38,9 @@ from typing import Any, Callable
 
 from transformer_limits.numeric.attention.transformer import inverse_heads
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
-from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, run_settings
 from transformer_limits.verify.experiments import attention_depth_width as adw
 from transformer_limits.verify.registry import register_experiment
-from transformer_limits.verify.running import device_backend
 
 __all__ = ["NAME", "SETTINGS", "CHECKS", "runtime_settings", "run"]
 
@@ -49,6 +48,8 @@ NAME = "causal-depth-width"
 #: the checks of attention-depth-width (same claims, now under the mask)
 CHECKS = adw.CHECKS
 #: the unmasked experiment's profiles with the mask on every model (the blas backend: a few tokens)
+#: the kernel families run() calls, by the settings key naming the CPU backend of each
+KERNELS = {"backend": LAYER_ADJOINT}
 SETTINGS: dict[str, dict[str, Any]] = {
     profile: dict(s, causal=True, backend="blas") for profile, s in adw.SETTINGS.items()}
 
@@ -56,8 +57,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
 def runtime_settings(config: ExperimentConfig, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """The profile's settings (``settings`` overriding) with the layer kernels' backend on
     ``config.device`` (cpu: the settings' own, so a cpu run's sweep keys are the profile's)."""
-    s = dict(SETTINGS[config.profile], **(settings or {}))
-    s["backend"] = device_backend(config, LAYER_ADJOINT, s["backend"])
+    s = run_settings(config, dict(SETTINGS[config.profile], **(settings or {})), KERNELS)
+    s.pop("precision", None)  # float64 only (Experiment.precisions)
     return s
 
 
@@ -94,4 +95,5 @@ register_experiment(Experiment(
     run=run,
     budget_s={"quick": 60.0, "full": 900.0},
     settings=SETTINGS,
+    kernels=KERNELS,
 ))

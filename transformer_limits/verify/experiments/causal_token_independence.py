@@ -43,13 +43,13 @@ from typing import Any
 import numpy as np
 
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
-from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, Figure
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, Figure, run_settings
 from transformer_limits.verify.experiments import token_independence as ti
 from transformer_limits.verify.experiments.attention_models import WorstInputs
 from transformer_limits.verify.input_search import check_ladder, sup_error, sup_error_ladder, ascend
 from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 from transformer_limits.verify.registry import register_experiment
-from transformer_limits.verify.running import device_backend, jsonable_settings, run_points
+from transformer_limits.verify.running import jsonable_settings, run_points
 from transformer_limits.verify.stats.power_law import fit_power_law
 
 __all__ = ["NAME", "SETTINGS", "causal_ladder", "position_sups", "evaluate_point", "run"]
@@ -59,6 +59,8 @@ SLOPE_IN_LOG_N = ti.SLOPE_IN_LOG_N
 #: token-independence's profiles with the mask, plus the position sups' budget (restarts of f(n)); the
 #: full ladder stops at N = 512: the position sups double the cost per level, and N = 1024 alone would
 #: cost as much as all the levels below it (measured: 956 s for N <= 512 on 2 loaded cores)
+#: the kernel families run() calls, by the settings key naming the CPU backend of each
+KERNELS = {"backend": LAYER_ADJOINT}
 SETTINGS: dict[str, dict[str, Any]] = {
     profile: dict(s, causal=True, position_restarts=s["restarts"]) for profile, s in ti.SETTINGS.items()}
 SETTINGS["full"]["N_levels"] = tuple(n for n in SETTINGS["full"]["N_levels"] if n <= 512)
@@ -119,8 +121,8 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
 
 def runtime_settings(config: ExperimentConfig, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """The profile's settings (``settings`` overriding), the layer kernels' backend on ``config.device``."""
-    s = dict(SETTINGS[config.profile], **(settings or {}))
-    s["backend"] = device_backend(config, LAYER_ADJOINT, s["backend"])
+    s = run_settings(config, dict(SETTINGS[config.profile], **(settings or {})), KERNELS)
+    s.pop("precision", None)  # float64 only (Experiment.precisions)
     return s
 
 
@@ -215,4 +217,5 @@ register_experiment(Experiment(
     run=run,
     budget_s={"quick": 60.0, "full": 900.0},
     settings=SETTINGS,
+    kernels=KERNELS,
 ))

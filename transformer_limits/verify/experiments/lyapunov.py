@@ -96,8 +96,9 @@ def predicted_lambda_1(activation: str, d: int, sigma: float) -> dict:
     """k(1), k'(1), λ_1 and λ̄ from the ``lyapunov`` derivation (σ_U = σ_W = σ)."""
     import transformer_limits as tl
 
-    v = tl.derivation("lyapunov", activation=activation, d=d, sigma_u=sigma, sigma_w=sigma,
-                      n_max=8, digits=20).values
+    # cached on disk: a warm run does not rebuild the derivation (SymPy, the Gegenbauer checks)
+    v = tl.derivation_values("lyapunov", activation=activation, d=d, sigma_u=sigma, sigma_w=sigma,
+                             n_max=8, digits=20)
     return {k: v[k] for k in ("k1", "dk1", "lambda_1", "lambda_bar")}
 
 

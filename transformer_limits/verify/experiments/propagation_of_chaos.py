@@ -32,9 +32,9 @@ from transformer_limits.numeric.kernel_family import MLP_FIELD
 from transformer_limits.numeric.sphere.common_noise_sde import CommonNoiseSDE
 from transformer_limits.numeric.sphere.transformer import uniform_sphere
 from transformer_limits.verify.check_spec import CheckSpec
-from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, PrecisionError
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, PrecisionError, run_settings
 from transformer_limits.verify.registry import register_experiment
-from transformer_limits.verify.running import device_backend, jsonable_settings, run_points
+from transformer_limits.verify.running import jsonable_settings, run_points
 from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 
@@ -47,6 +47,8 @@ CLAIMED_EXPONENT = -0.5
 EXPONENT_N = CheckSpec("exponent_N", verdict="rate_at_least", family="bonferroni", claimed=CLAIMED_EXPONENT,
                        alpha=0.01, alternative=-0.25)
 
+#: the kernel families run() calls, by the settings key naming the CPU backend of each
+KERNELS = {"backend": MLP_FIELD}
 SETTINGS: dict[str, dict[str, Any]] = {
     "quick": dict(dims=(2, 3), N_levels=(8, 16, 32, 64, 128), N_ref=1024, T=1.0, n_steps=40, n_eval=5,
                   features=64, seeds=8, activation="relu", sigma_u=0.5, sigma_w=0.5, beta=1.0,
@@ -140,11 +142,8 @@ def _runtime_settings(config: ExperimentConfig, independent_noise: bool = False)
     """The profile's settings with the backend of the MLP-field kernels on ``config.device`` (cpu in
     float64: the settings' numba) and the precision; a float64 run's settings are the profile's exactly
     (sweep points and stores keep their keys)."""
-    s = dict(SETTINGS[config.profile], **({"independent_noise": True} if independent_noise else {}))
-    s["backend"] = device_backend(config, MLP_FIELD, s["backend"])
-    if config.precision != "float64":
-        s["precision"] = config.precision
-    return s
+    return run_settings(config, dict(SETTINGS[config.profile], **({"independent_noise": True} if independent_noise else {})),
+                        KERNELS)
 
 
 def precision_probe(config: ExperimentConfig) -> PrecisionError:
@@ -205,6 +204,7 @@ register_experiment(Experiment(
     run=run,
     budget_s={"quick": 20.0, "full": 720.0},
     settings=SETTINGS,
+    kernels=KERNELS,
     precisions=("float64", "float32"),
     precision_probe=precision_probe,
 ))

@@ -33,9 +33,9 @@ from transformer_limits.numeric.sphere.common_noise_sde import (
 )
 from transformer_limits.numeric.sphere.transformer import SphereTransformer, uniform_sphere
 from transformer_limits.verify.check_spec import CheckSpec
-from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, run_settings
 from transformer_limits.verify.registry import register_experiment
-from transformer_limits.verify.running import device_backend, jsonable_settings, run_points
+from transformer_limits.verify.running import jsonable_settings, run_points
 from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 
@@ -52,13 +52,15 @@ EXPONENT_L = CheckSpec("exponent_L", verdict="exponent_equals", claimed=CLAIMED_
 EXPONENT_M = CheckSpec("exponent_m", verdict="exponent_equals", claimed=CLAIMED_EXPONENT, alpha=0.01, tolerance=0.2,
                        alternative=-0.5)
 
+#: the kernel families run() calls, by the settings key naming the CPU backend of each
+KERNELS = {"backend": MLP_FIELD}
 SETTINGS: dict[str, dict[str, Any]] = {
     "quick": dict(d=3, N=8, m=32, T=1.0, sigma_u=0.5, sigma_w=0.5, activation="relu",
                   attention="attractive", L_levels=(8, 16, 32, 64, 128), L_ref=512, seeds_L=24,
-                  m_levels=(8, 16, 32, 64, 128, 256), L_m=32, seeds_m=48),
+                  m_levels=(8, 16, 32, 64, 128, 256), L_m=32, seeds_m=48, backend="numpy"),
     "full": dict(d=3, N=8, m=32, T=1.0, sigma_u=0.5, sigma_w=0.5, activation="relu",
                  attention="attractive", L_levels=(8, 16, 32, 64, 128, 256), L_ref=2048, seeds_L=64,
-                 m_levels=(8, 16, 32, 64, 128, 256, 512, 1024), L_m=64, seeds_m=64),
+                 m_levels=(8, 16, 32, 64, 128, 256, 512, 1024), L_m=64, seeds_m=64, backend="numpy"),
 }
 
 
@@ -146,7 +148,7 @@ def _table(name: str, levels, errors: np.ndarray) -> list[dict[str, Any]]:
 def run(config: ExperimentConfig) -> ExperimentResult:
     # the MLP-field backend on config.device (numpy on cpu: the run as it always was); the couplings
     # stay on the device when model and SDE share a GPU backend
-    s = dict(SETTINGS[config.profile], backend=device_backend(config, MLP_FIELD, "numpy"))
+    s = run_settings(config, SETTINGS[config.profile], KERNELS)
     grid, sup, width, seconds = errors_sweep(config, s)
     L, m = np.array(s["L_levels"]), np.array(s["m_levels"])
     fit_L = fit_power_law({"L": L}, grid, expected=CLAIMED_EXPONENT, window="all", seed=config.seed)
@@ -185,4 +187,5 @@ register_experiment(Experiment(
     run=run,
     budget_s={"quick": 70.0, "full": 180.0},
     settings=SETTINGS,
+    kernels=KERNELS,
 ))

@@ -49,7 +49,7 @@ from transformer_limits.verify.experiment import Experiment, ExperimentConfig, E
 from transformer_limits.verify.figures import figure_png
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.scaling_fit import read_points_csv
-from transformer_limits.verify.stats.beta_difference import attach_ordering_power, welch_difference_bounds
+from transformer_limits.verify.stats.beta_difference import welch_ordering_check
 from transformer_limits.verify.stats.width_scaling import WidthScalingFit, fit_width_scaling
 from transformer_limits.verify.stats.power import deterministic_power
 from transformer_limits.verify.verdicts import Check, attach_power
@@ -194,38 +194,14 @@ def ordering_check(name: str, pairs: tuple[tuple[str, str], ...], fits: Mapping[
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha!r}")
     if not pairs:
         raise ValueError("pairs: need at least one (higher, lower) pair")
-    level = alpha / len(pairs)
-    rows: list[dict[str, Any]] = []
     for a, b in pairs:
         missing = [o for o in (a, b) if (o, "hard") not in fits]
         if missing:
             raise ValueError(f"fits: no hard-rank fit for {', '.join(missing)}")
-        fa, fb = fits[(a, "hard")], fits[(b, "hard")]
-        delta = fa.beta - fb.beta
-        welch = welch_difference_bounds(delta, fa.stderr, fa.n - 2, fb.stderr, fb.n - 2, level)
-        se, dof, t, lower, upper = welch["se"], welch["dof"], welch["t"], welch["lower"], welch["upper"]
-        rows.append(dict(higher=a, lower=b, delta=delta, se=se, dof=dof, t=t, upper=upper, lower_bound=lower,
-                         supported=bool(lower > 0.0), contradicted=bool(upper < 0.0)))
-    worst = min(rows, key=lambda r: r["upper"])
-    passed = not any(r["contradicted"] for r in rows)
-    supported = all(r["supported"] for r in rows)
-    if not passed:
-        note = (f"contradicted: β_hard({worst['higher']}) − β_hard({worst['lower']}) = {worst['delta']:.3f}, "
-                f"upper {1 - level:.4g} bound {worst['upper']:.3f} < 0")
-    elif supported:
-        note = "supported: every lower bound of Δβ is above 0"
-    else:
-        note = "not contradicted, not established: some interval for Δβ contains 0 (wide intervals, 8 widths)"
-    check = Check(
-        name, _ordering_text(pairs) + " (pooled tokens, post-activation FFN, 160M)",
-        0.0, float(worst["delta"]), (-math.inf, float(worst["upper"])), passed,
-        dict(alpha=alpha, false_failure_rate=alpha, sides="one-sided (upper bound of Δβ)",
-             method="Welch t on the OLS fits' standard errors; Bonferroni over pairs",
-             per_pair_level=level, pairs=rows, supported=supported),
-        note)
     if effect is None and all((o, "hard") in PUBLISHED_GLOBAL_BETAS for pair in pairs for o in pair):
         effect = published_effect(pairs)
-    return check if effect is None else attach_ordering_power(check, rows, effect)
+    return welch_ordering_check(name, _ordering_text(pairs) + " (pooled tokens, post-activation FFN, 160M)",
+                                [(a, b, fits[(a, "hard")], fits[(b, "hard")]) for a, b in pairs], alpha, effect=effect)
 
 
 def published_effect(pairs: tuple[tuple[str, str], ...]) -> float:

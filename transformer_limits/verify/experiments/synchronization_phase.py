@@ -62,9 +62,8 @@ from transformer_limits.verify.experiments.lyapunov import simulate_point
 from transformer_limits.verify.figures import figure_png
 from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.running import run_points
-from transformer_limits.verify.stats.intervals import t_quantile
-from transformer_limits.verify.stats.power import bound_power
-from transformer_limits.verify.verdicts import Check, attach_power, bonferroni_family
+from transformer_limits.verify.stats.sign_family import sign_test_family
+from transformer_limits.verify.verdicts import Check
 
 __all__ = ["PHASE_SIGN", "PROFILES", "Profile", "Point", "design_points", "mean_square_exponent",
            "phase_sign_check", "lambda_bar_without_one_over_d", "run"]
@@ -179,29 +178,13 @@ def mean_square_exponent(estimate: float, standard_error: float, chains: int, ho
 def phase_sign_check(estimates, standard_errors, predicted, labels, alpha: float = PHASE_SIGN.required_alpha,
                      dof: int | None = None) -> Check:
     """``phase_sign``: Bonferroni family of one-sided tests, member p tests "sign(rate_p) = sign(λ̄_p)"
-    with the (1 − α/n) bound on the predicted side (module docstring); power against the mirror image."""
-    n = len(predicted)
-    # critical value: Student t with ``dof`` degrees of freedom (SE from ``dof + 1`` batches), else normal
-    z = t_quantile(1.0 - alpha / n, dof or math.inf)
-    members = []
-    for est, se, lb in zip(estimates, standard_errors, predicted):
-        if lb > 0:  # predicted growth: contradicted when the upper bound is below 0
-            ci, passed = (-math.inf, est + z * se), est + z * se >= 0
-        else:
-            ci, passed = (est - z * se, math.inf), est - z * se <= 0
-        note = "" if passed else (f"rate {est:.4g} ± {z * se:.3g} has the other sign than λ̄ = {lb:.4g}")
-        member = Check(PHASE_SIGN.name, f"sign(rate) = sign(λ̄ = {lb:.4g})", lb, est, ci, passed,
-                       {"alpha": alpha / n, "false_failure_rate": alpha / n, "sides": "one-sided",
-                        "method": "t-bound over seed batches (Richardson-extrapolated mean-square exponent)",
-                        "z_critical": z, "dof": dof,
-                        "standard_error": se}, note)
-        attach_power(member, bound_power(abs(lb), z * se, se), PHASE_SIGN.alternative_text,
-                     distance=abs(lb), half_width=z * se, se=se)
-        members.append(member)
-    check = bonferroni_family(PHASE_SIGN.name, PHASE_SIGN.claim, 0.0, members, alpha,
-                              "one-sided per point, Bonferroni", list(labels))
-    check.statistics["z_critical"] = z
-    return check
+    with the (1 − α/n) t-bound on the predicted side (module docstring;
+    :func:`~transformer_limits.verify.stats.sign_family.sign_test_family`); power against the declared
+    alternative, the mirror image −λ̄ at a point."""
+    return sign_test_family(PHASE_SIGN.name, PHASE_SIGN.claim, estimates, standard_errors, predicted, alpha, labels,
+                            dof=dof, method="t-bound over seed batches (Richardson-extrapolated mean-square exponent)",
+                            relative_alternative=PHASE_SIGN.required_alternative,
+                            alternative_text=PHASE_SIGN.alternative_text, quantity="rate", symbol="λ̄", unit="point")
 
 
 def lambda_bar_without_one_over_d(activation: str, d: int, sigma: float) -> float:

@@ -45,9 +45,9 @@ import numpy as np
 
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.verify.check_spec import CheckSpec
-from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, PrecisionError
+from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, PrecisionError, run_settings
 from transformer_limits.verify.registry import register_experiment
-from transformer_limits.verify.running import device_backend, jsonable_settings, run_points
+from transformer_limits.verify.running import jsonable_settings, run_points
 from transformer_limits.verify.experiments.attention_models import QUICK_MODEL, WorstInputs, models_for
 from transformer_limits.verify.input_search import check_ladder, sup_error_ladder
 from transformer_limits.verify.stats.power_law import fit_power_law
@@ -68,6 +68,8 @@ COUNTING_WIDTH = 0.01
 
 Sup = tuple[float, np.ndarray]  # (sup error estimate, worst input X0 (N, d))
 
+#: the kernel families run() calls, by the settings key naming the CPU backend of each
+KERNELS = {"backend": LAYER_ADJOINT}
 SETTINGS: dict[str, dict[str, Any]] = {
     "quick": dict(QUICK_MODEL, L=4, H=4, limit_steps=4, N_levels=(4, 8, 16, 32, 64, 128, 256), seeds=8,
                   restarts=2, bottom_restarts=8, iterations=8, ascent_lr=0.15, jitter=0.1,
@@ -152,11 +154,7 @@ def _runtime_settings(config: ExperimentConfig, settings: dict[str, Any] | None 
     """The profile's settings (``settings`` overriding) with the backend of the layer kernels on
     ``config.device`` (cpu in float64: the settings' numba) and, for float32, the precision of the
     discrete model (a float64 run's settings are the profile's exactly: sweep keys unchanged)."""
-    s = dict(SETTINGS[config.profile], **(settings or {}))
-    s["backend"] = device_backend(config, LAYER_ADJOINT, s["backend"])
-    if config.precision != "float64":
-        s["precision"] = config.precision
-    return s
+    return run_settings(config, dict(SETTINGS[config.profile], **(settings or {})), KERNELS)
 
 
 def precision_probe(config: ExperimentConfig) -> PrecisionError:
@@ -223,6 +221,7 @@ register_experiment(Experiment(
     run=run,
     budget_s={"quick": 25.0, "full": 400.0},
     settings=SETTINGS,
+    kernels=KERNELS,
     precisions=("float64", "float32"),
     precision_probe=precision_probe,
 ))

@@ -303,7 +303,7 @@ def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, 
     from transformer_limits.verify.stats.multi_term import fit_rate_claim
     from transformer_limits.verify.stats.power_law import fit_power_law
     from transformer_limits.verify.rate.plots import RateSeries, grid_heatmap, rate_figure
-    from transformer_limits.verify.verdicts import Check, attach_power, bonferroni_family, fit_adequate, rate_at_least
+    from transformer_limits.verify.verdicts import fit_adequate
 
     boot: dict[str, Any] = {} if n_boot is None else {"n_boot": int(n_boot)}  # only a given n_boot is passed on
     table = {p: rd.params[p] for p in claim.parameters}
@@ -312,10 +312,11 @@ def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, 
     ratio = rd.errors / predicted[:, None]
     expression = claim.expression()
     checks, fits, notes = [], {"claim_constants": constants.to_dict()}, []
+    specs: list[CheckSpec] = []
 
     # -- rate_bound_holds: err / (fitted claim) must not grow in any parameter --------------------
     if grid:
-        from transformer_limits.verify.stats.ratio_trend import ratio_trend, trend_power
+        from transformer_limits.verify.stats.ratio_trend import ratio_bound_check
 
         p1, p2 = names
         g1, g2 = np.unique(rd.params[p1]), np.unique(rd.params[p2])
@@ -325,43 +326,34 @@ def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, 
             a, b = np.searchsorted(g1, rd.params[p1][i]), np.searchsorted(g2, rd.params[p2][i])
             cube[a, b] = ratio[i]
             mean_ratio[a, b] = constants.level_errors[i] / predicted[i]
-        trend = ratio_trend(cube, g1, g2, seed=seed, alpha=alpha / 2, **({"n_boot": n_boot} if n_boot else {}))
-        slopes = {p1: trend["L"], p2: trend["H"]}
-        passed = all(s["lower"] <= 0.0 for s in slopes.values())
-        worst = max(names, key=lambda k: slopes[k]["lower"])
-        note = "" if passed else "; ".join(
-            f"err / claim grows in {k}: slope {s['slope']:.3g}, lower {1 - alpha / 2:g} bound {s['lower']:.3g} > 0"
-            for k, s in slopes.items() if s["lower"] > 0)
-        stats = {"alpha": alpha, "false_failure_rate": alpha, "method": "conservative (t ∪ seed bootstrap)",
-                 "sides": f"one-sided per slope (lower bound), Bonferroni over s_{p1} and s_{p2}",
-                 "design": "complete grid: log r̄ = a + s_1 log p_1 + s_2 log p_2 over all cells",
-                 "slopes": slopes, "dof": trend["dof"], "rms_log_residual": trend["rms_log_residual"],
-                 "worst_slope": f"s_{worst}"}
-        bound = Check("rate_bound_holds", f"err = O({expression}): err / (fitted claim) does not grow in "
-                      f"{p1} or {p2} over the grid", 0.0, slopes[worst]["slope"],
-                      (slopes[worst]["lower"], math.inf), passed, stats, note)
-        power = trend_power(trend, alternative)
-        stats["power_per_slope"] = {names[0]: power["per_slope"]["L"], names[1]: power["per_slope"]["H"]}
-        checks.append(attach_power(bound, power["power"], f"err / claim growing like {p1}^{alternative:g} or "
-                                   f"{p2}^{alternative:g}", distance=alternative, half_width=power["half_width"],
-                                   se=power["se"]))
+        spec = CheckSpec("rate_bound_holds", verdict="one-sided ratio trends of err / claim", alpha=alpha,
+                         alternative=alternative,
+                         alternative_text=f"err / claim growing like {p1}^{alternative:g} or {p2}^{alternative:g}")
+        bound, _ = ratio_bound_check(
+            spec.name, f"err = O({expression}): err / (fitted claim) does not grow in {p1} or {p2} over the grid",
+            cube, g1, g2, alpha=spec.required_alpha, seed=seed, alternative=spec.required_alternative,
+            alternative_text=spec.alternative_text, params=(p1, p2), ratio_text="err / claim", n_boot=n_boot)
+        specs.append(spec)
+        checks.append(bound)
         bound_rows = [{"parameter": k, "design": "joint regression over the grid", "slope": s["slope"],
-                       f"lower_{1 - alpha / 2:g}_bound": s["lower"]} for k, s in slopes.items()]
+                       f"lower_{1 - alpha / 2:g}_bound": s["lower"]} for k, s in bound.statistics["slopes"].items()]
     else:
         tested = [ln for p in names for ln in lines[p] if ln.idx.size >= MIN_LINE_LEVELS]
-        per_line, labels, bound_rows = [], [], []
-        for ln in tested:
-            fit = fit_power_law({ln.param: rd.params[ln.param][ln.idx]}, ratio[ln.idx], window="all", seed=seed,
-                                aggregate=aggregate, **boot)
-            chk = rate_at_least(fit, 0.0, alpha / len(tested), alternative=alternative)
-            per_line.append(chk)
-            labels.append(f"along {ln.param} at {ln.label}")
-            bound_rows.append({"parameter": ln.param, "design": f"line at {ln.label}", "slope": chk.measured,
-                               f"lower_{1 - alpha / len(tested):g}_bound": chk.ci[0], "pass": chk.passed})
-        checks.append(bonferroni_family(
-            "rate_bound_holds", f"err = O({expression}): err / (fitted claim) does not grow along any line "
-            f"({len(tested)} lines)", 0.0, per_line, alpha,
-            "one-sided per line (lower bound of the slope of err / claim), Bonferroni over the lines", labels))
+        # each line's ratio must not grow: rate_at_least(0) per line, Bonferroni over the lines (CheckSpec.decide)
+        spec = CheckSpec("rate_bound_holds", verdict="rate_at_least", family="bonferroni", claimed=0.0, alpha=alpha,
+                         alternative=alternative)
+        ratio_fits = {f"along {ln.param} at {ln.label}": fit_power_law(
+            {ln.param: rd.params[ln.param][ln.idx]}, ratio[ln.idx], window="all", seed=seed, aggregate=aggregate,
+            **boot) for ln in tested}
+        bound = spec.decide(ratio_fits, claim=f"err = O({expression}): err / (fitted claim) does not grow along any "
+                            f"line ({len(tested)} lines)",
+                            sides="one-sided per line (lower bound of the slope of err / claim), Bonferroni over the lines")
+        specs.append(spec)
+        checks.append(bound)
+        members = bound.statistics["members"]
+        bound_rows = [{"parameter": ln.param, "design": f"line at {ln.label}", "slope": m["measured"],
+                       f"lower_{1 - alpha / len(tested):g}_bound": m["ci"][0], "pass": m["passed"]}
+                      for ln, m in zip(tested, members.values())]
 
     # -- exponent_<p>: free-exponent fits along every line in p --------------------------------
     line_fits: dict[tuple[str, str], Any] = {}
@@ -380,17 +372,20 @@ def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, 
             continue
         q_exact = claim.leading_exponent(p)
         q = float(q_exact)
-        per_line = [rate_at_least(line_fits[p, ln.label], claim, alpha / len(tested), alternative=q + alternative)
-                    for ln in tested]
-        labels = [f"along {p} at {ln.label}" for ln in tested]
-        for ln, chk in zip(tested, per_line):
+        # the slowest claimed exponent on every line in p: rate_at_least per line, Bonferroni over the lines
+        spec = CheckSpec(f"exponent_{p}", verdict="rate_at_least", family="bonferroni", claimed=q, alpha=alpha,
+                         alternative=q + alternative)
+        family = spec.decide({f"along {p} at {ln.label}": line_fits[p, ln.label] for ln in tested},
+                             claim=f"err decays in {p} at least like {p}^{q_exact} (slowest term "
+                                   f"{claim.leading_term(p)}) on every line in {p}",
+                             sides="one-sided per line (lower bound of q), Bonferroni over the lines",
+                             member_claim=f"{expression} (slowest term in {p}: {p}^{q_exact})")
+        for ln, m in zip(tested, family.statistics["members"].values()):
             exponent_rows.append({"parameter": p, "line": ln.label, "levels": int(ln.idx.size),
-                                  "fitted_exponent": chk.measured, "claimed_slowest": q,
-                                  f"lower_{1 - alpha / len(tested):g}_bound": chk.ci[0], "pass": chk.passed})
-        checks.append(bonferroni_family(
-            f"exponent_{p}", f"err decays in {p} at least like {p}^{q_exact} (slowest term "
-            f"{claim.leading_term(p)}) on every line in {p}", q, per_line, alpha,
-            "one-sided per line (lower bound of q), Bonferroni over the lines", labels))
+                                  "fitted_exponent": m["measured"], "claimed_slowest": q,
+                                  f"lower_{1 - alpha / len(tested):g}_bound": m["ci"][0], "pass": m["passed"]})
+        specs.append(spec)
+        checks.append(family)
 
     # -- diagnostics, tables, figures ------------------------------------------------------------
     adequate = fit_adequate(constants, alpha) if math.isfinite(constants.quality.f_statistic) else None
@@ -441,7 +436,7 @@ def _analyse(rd: RateData, claim: RateClaim, names: list[str], lines: dict[str, 
     experiment = Experiment(
         name="rate-check", title=f"Rate check of {claim.name} on {rd.source}", paper="user data",
         claim=f"err = O({expression}) in {', '.join(names)} (constants fitted; each check at alpha = {alpha:g})",
-        derivations=(), checks=tuple(CheckSpec(c.name) for c in checks), run=lambda config: result)
+        derivations=(), checks=tuple(specs), run=lambda config: result)
     config = ExperimentConfig(profile="quick", seed=seed)
     return RateCheckResult(result, experiment, config, claim, rd,
                            {k: v.value for k, v in constants.constants.items()})

@@ -25,8 +25,27 @@ import numpy as np
 from transformer_limits.verify.stats.intervals import t_interval, t_quantile, welch_satterthwaite_dof
 from transformer_limits.verify.verdicts import Check
 
-__all__ = ["attach_ordering_power", "beta_difference_check", "ordering_finding", "ordering_power",
-           "welch_difference_bounds"]
+__all__ = ["attach_ordering_power", "beta_difference_check", "bootstrap_difference_bounds", "ordering_finding",
+           "ordering_power", "welch_difference_bounds", "welch_ordering_check"]
+
+
+def bootstrap_difference_bounds(boot_a: np.ndarray, boot_b: np.ndarray, level: float) -> dict[str, Any]:
+    """One-sided percentile bounds of a difference of two independently estimated quantities,
+    ``Δ = a − b``, from their bootstrap replicates.
+
+    The two bootstraps resample independent data (separate seeds), so pairing the b-th replicate of
+    each, ``Δ*_b = a*_b − b*_b`` (b < min(n_a, n_b)), is a draw from the bootstrap law of Δ.  Returns
+    ``lower`` = the ``level``-quantile and ``upper`` = the ``(1 − level)``-quantile of Δ* (each a
+    one-sided ``1 − level`` bound), the replicates ``differences`` and their count ``n``."""
+    a, b = np.asarray(boot_a, dtype=np.float64).ravel(), np.asarray(boot_b, dtype=np.float64).ravel()
+    if a.size == 0 or b.size == 0:
+        raise ValueError("boot_a, boot_b: need bootstrap replicates of both estimates")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    n = min(a.size, b.size)
+    diff = a[:n] - b[:n]
+    return dict(lower=float(np.quantile(diff, level)), upper=float(np.quantile(diff, 1.0 - level)),
+                differences=diff, n=n)
 
 
 def welch_difference_bounds(delta: float, se_a: float, nu_a: float, se_b: float, nu_b: float,
@@ -48,11 +67,12 @@ def welch_difference_bounds(delta: float, se_a: float, nu_a: float, se_b: float,
 def _pair_bounds(stratum: str, a: Any, b: Any, level: float) -> dict[str, Any]:
     """The bounds of ``Δ = β_A − β_B`` at one-sided level ``level`` (see the module docstring)."""
     delta = a.beta - b.beta
-    boot = a.seed_fit.exponent.bootstrap - b.seed_fit.exponent.bootstrap
+    replicates = bootstrap_difference_bounds(a.seed_fit.exponent.bootstrap, b.seed_fit.exponent.bootstrap, level)
+    boot = replicates["differences"]
     ols_delta = a.ols.beta - b.ols.beta
     welch = welch_difference_bounds(ols_delta, a.ols.stderr, a.ols.n - 2, b.ols.stderr, b.ols.n - 2, level)
     se, nu, t_upper, t_lower = welch["se"], welch["dof"], welch["upper"], welch["lower"]
-    boot_hi, boot_lo = float(np.quantile(boot, 1.0 - level)), float(np.quantile(boot, level))
+    boot_hi, boot_lo = replicates["upper"], replicates["lower"]
     upper, lower = max(boot_hi, t_upper), min(boot_lo, t_lower)
     return dict(stratum=stratum, delta=delta, ols_delta=ols_delta, upper=upper, lower=lower,
                 bootstrap_upper=boot_hi, t_upper=t_upper, se=se, dof=nu,
@@ -98,6 +118,48 @@ def beta_difference_check(name: str, claim: str, pairs: Sequence[tuple[str, Any,
     if effect is not None:
         attach_ordering_power(check, rows, effect)
     return check
+
+
+def welch_ordering_check(name: str, claim: str, pairs: Sequence[tuple[str, str, Any, Any]], alpha: float, *,
+                         effect: float | None = None) -> Check:
+    """One-sided test of ``β(a) ≥ β(b)`` for every ``(a, b, fit_a, fit_b)`` in ``pairs`` from the OLS fits
+    alone (``beta``, ``stderr``, ``n``; e.g. :class:`~transformer_limits.verify.stats.width_scaling.WidthScalingFit`,
+    one run per width, no seeds to resample): per pair at level ``α/m`` (Bonferroni over the m pairs),
+    ``Δ̂ = β̂_a − β̂_b`` with its Welch upper bound ``U = Δ̂ + t_{1−α/m, ν} SE``
+    (:func:`welch_difference_bounds`, ν = Welch–Satterthwaite on n − 2 degrees of freedom each).  The
+    check fails when some ``U < 0`` (the data contradict the ordering), so a true ordering fails with
+    probability at most α; ``statistics["pairs"]`` lists each pair with ``supported`` (its lower bound
+    > 0) and ``contradicted``.  ``effect``: the power against one pair reversed by it and the finding
+    (:func:`attach_ordering_power`)."""
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha!r}")
+    if not pairs:
+        raise ValueError("pairs: need at least one (higher, lower) pair")
+    level = alpha / len(pairs)
+    rows: list[dict[str, Any]] = []
+    for a, b, fa, fb in pairs:
+        delta = fa.beta - fb.beta
+        welch = welch_difference_bounds(delta, fa.stderr, fa.n - 2, fb.stderr, fb.n - 2, level)
+        se, dof, t, lower, upper = welch["se"], welch["dof"], welch["t"], welch["lower"], welch["upper"]
+        rows.append(dict(higher=a, lower=b, delta=delta, se=se, dof=dof, t=t, upper=upper, lower_bound=lower,
+                         supported=bool(lower > 0.0), contradicted=bool(upper < 0.0)))
+    worst = min(rows, key=lambda r: r["upper"])
+    passed = not any(r["contradicted"] for r in rows)
+    supported = all(r["supported"] for r in rows)
+    if not passed:
+        note = (f"contradicted: β_hard({worst['higher']}) − β_hard({worst['lower']}) = {worst['delta']:.3f}, "
+                f"upper {1 - level:.4g} bound {worst['upper']:.3f} < 0")
+    elif supported:
+        note = "supported: every lower bound of Δβ is above 0"
+    else:
+        note = "not contradicted, not established: some interval for Δβ contains 0 (wide intervals, 8 widths)"
+    check = Check(
+        name, claim, 0.0, float(worst["delta"]), (-math.inf, float(worst["upper"])), passed,
+        dict(alpha=alpha, false_failure_rate=alpha, sides="one-sided (upper bound of Δβ)",
+             method="Welch t on the OLS fits' standard errors; Bonferroni over pairs",
+             per_pair_level=level, pairs=rows, supported=supported),
+        note)
+    return check if effect is None else attach_ordering_power(check, rows, effect)
 
 
 def attach_ordering_power(check: Check, rows: Sequence[dict[str, Any]], effect: float) -> Check:

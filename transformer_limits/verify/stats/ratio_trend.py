@@ -10,17 +10,24 @@ and each slope gets a one-sided (1 − α) lower bound: the conservative union (
 OLS t bound (:func:`~transformer_limits.verify.stats.intervals.t_interval`, se_k = sqrt(s² [(XᵀX)⁻¹]_kk))
 and the seed-bootstrap percentile bound (the seeds resampled jointly over the grid, since seed j
 shares its law across the grid).  A slope whose lower bound is > 0 says r grows in that parameter.
+
+:func:`ratio_bound_check` is the verdict ``rate_bound_holds`` on such a grid (written once, used by
+``attention-depth-width`` and ``transformer-limits rate check``): both slopes are bounded at level α/2
+(Bonferroni over the two slopes), and the check fails when some lower bound is > 0, so a ratio that
+does not grow (s_1, s_2 ≤ 0) fails with probability at most α.  Its power against a ratio growing
+like p^s₁ in one parameter is :func:`trend_power`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Mapping
 
 import numpy as np
 
 from transformer_limits.verify.stats.intervals import t_interval
 
-__all__ = ["ratio_trend", "trend_power"]
+__all__ = ["ratio_bound_check", "ratio_trend", "trend_power"]
 
 
 def ratio_trend(ratio: np.ndarray, grid_L, grid_H, *, seed: int, alpha: float, n_boot: int = 2000) -> dict[str, Any]:
@@ -76,3 +83,42 @@ def trend_power(trend: dict[str, Any], alternative_slope: float, params: tuple[s
     worst = min(per, key=per.__getitem__)
     return {"power": per[worst], "per_slope": per, "worst": worst,
             "half_width": trend[worst]["slope"] - trend[worst]["lower"], "se": trend[worst]["se"]}
+
+
+def ratio_bound_check(name: str, claim: str, ratio: np.ndarray, grid_1, grid_2, *, alpha: float, seed: int,
+                      alternative: float, alternative_text: str, params: tuple[str, str] = ("L", "H"),
+                      ratio_text: str = "e / claim", n_boot: int | None = None,
+                      details: Mapping[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    """The verdict "the ratio ``ratio`` (n_1, n_2, seeds) of the error to the claimed rate does not grow
+    over the grid ``grid_1`` × ``grid_2``" (the bound err = O(claim) holds), and the trend it decided on.
+
+    :func:`ratio_trend` at level α/2 per slope (Bonferroni over the two slopes; ``n_boot`` resamples,
+    default its own); the check fails when the lower bound of a slope is > 0.  ``measured`` and ``ci``
+    are the slope closest to rejecting (the larger lower bound; ``(lower, inf)``).  ``statistics``
+    holds ``alpha``, ``sides``, ``method``, ``design``, ``trend`` (as :func:`ratio_trend` returns it:
+    "L" is the first parameter, "H" the second), ``slopes`` (the same keyed by ``params``), ``dof``,
+    ``rms_log_residual``, ``worst_slope``, then ``details`` (the caller's diagnostics), and
+    ``power_per_slope``: the power against a ratio growing like p^``alternative`` in one parameter
+    (:func:`trend_power`) is attached with ``alternative_text``."""
+    from transformer_limits.verify.verdicts import Check, attach_power
+
+    p1, p2 = params
+    trend = ratio_trend(ratio, grid_1, grid_2, seed=seed, alpha=alpha / 2, **({"n_boot": n_boot} if n_boot else {}))
+    slopes = {p1: trend["L"], p2: trend["H"]}
+    passed = all(s["lower"] <= 0.0 for s in slopes.values())
+    worst = max(params, key=lambda k: slopes[k]["lower"])
+    note = "" if passed else "; ".join(
+        f"{ratio_text} grows in {k}: slope {s['slope']:.3g}, lower {1 - alpha / 2:g} bound {s['lower']:.3g} > 0"
+        for k, s in slopes.items() if s["lower"] > 0)
+    statistics = {"alpha": alpha, "false_failure_rate": alpha, "method": "conservative (t ∪ seed bootstrap)",
+                  "sides": f"one-sided per slope (lower bound), Bonferroni over s_{p1} and s_{p2}",
+                  "design": "complete grid: log r̄ = a + s_1 log p_1 + s_2 log p_2 over all cells",
+                  "trend": trend, "slopes": slopes, "dof": trend["dof"], "rms_log_residual": trend["rms_log_residual"],
+                  "worst_slope": f"s_{worst}", **(details or {})}
+    check = Check(name, claim, 0.0, slopes[worst]["slope"], (slopes[worst]["lower"], math.inf), passed, statistics,
+                  note)
+    power = trend_power(trend, alternative)
+    statistics["power_per_slope"] = {p1: power["per_slope"]["L"], p2: power["per_slope"]["H"]}
+    attach_power(check, power["power"], alternative_text, distance=alternative, half_width=power["half_width"],
+                 se=power["se"])
+    return check, trend
