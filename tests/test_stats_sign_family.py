@@ -78,3 +78,21 @@ def test_bad_input_names_the_argument(kwargs, word):
     args = dict(name="s", claim="c", alpha=0.01) | kwargs
     with pytest.raises(ValueError, match=word):
         sign_test_family(**args)
+
+
+def test_power_scales_with_the_relative_alternative():
+    """Mutation round: with r = −0.5 (not −1, where r θ and θ / r coincide in size) the distance is |r θ|."""
+    est, se, pred = [0.09], [0.02], [0.2]
+    check = sign_test_family("s", "claim", est, se, pred, 0.01, ["a"], dof=15, relative_alternative=-0.5,
+                             alternative_text="half the rate, other sign")
+    t = stats.t.ppf(1 - 0.01, 15)
+    assert check.power == pytest.approx(stats.norm.cdf((0.5 * 0.2 - t * 0.02) / 0.02), rel=1e-12)
+
+
+def test_a_bound_exactly_at_zero_is_not_evidence_of_the_other_sign():
+    """Mutation round: the bounds are closed (≥ 0 for predicted growth, ≤ 0 for decay): with SE 0 an
+    estimate of exactly 0 passes on either side, a predicted 0 counts as decay."""
+    assert sign_test_family("s", "c", [0.0, 0.0], [0.0, 0.0], [0.1, -0.1], 0.01, ["a", "b"]).passed
+    check = sign_test_family("s", "c", [0.05], [0.0], [0.0], 0.01, ["a"])
+    assert not check.passed  # θ = 0 is tested as decay: a growing estimate contradicts it
+    assert check.statistics["members"]["a"]["ci"][1] is None
