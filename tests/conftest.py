@@ -7,6 +7,13 @@
   explores fresh random examples locally.
 * ``backend`` is the POT-style fixture: a test that takes it runs once per backend, skipped with
   the reason when that backend is not usable here.
+* The default run (``python3 -m pytest``: the whole ``testpaths``, the default ``-m`` of addopts, no
+  ``-k``/``--lf``) is spread over one pytest-xdist worker per CPU (at most :data:`MAX_WORKERS`),
+  ``--dist loadgroup``; a run of chosen files or markers stays in one process (starting workers
+  costs more than it saves there), ``-n N`` / ``-n 0`` choose explicitly and
+  ``PYTEST_XDIST_AUTO_NUM_WORKERS`` sets the count.  Without pytest-xdist every run is serial.
+  Tests that share a module- (or wider-) scoped fixture are put in one xdist group, so the fixture
+  is built once, not once per worker.
 """
 
 import contextlib
@@ -31,6 +38,97 @@ settings.register_profile("dev", deadline=None, max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 from transformer_limits.numeric.backends import BACKENDS, backend_status  # noqa: E402
+
+#: the most xdist workers of the default run: beyond this, worker start-up (each imports NumPy, SymPy,
+#: Numba) and the longest single test dominate, and the tests that start worker pools oversubscribe
+MAX_WORKERS = 8
+
+
+def _cpus() -> int:
+    """CPUs this process may run on (the affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _default_markexpr(config) -> str | None:
+    """The ``-m`` expression that addopts sets (pyproject.toml), or None."""
+    addopts = list(config.getini("addopts"))
+    for i, arg in enumerate(addopts[:-1]):
+        if arg == "-m":
+            return addopts[i + 1]
+    return None
+
+
+def _is_default_run(config) -> bool:
+    """The whole suite with the default markers: no paths or node ids, no -m, -k or --lf of the user's."""
+    return (config.args_source == pytest.Config.ArgsSource.TESTPATHS
+            and config.option.markexpr == _default_markexpr(config)
+            and not config.option.keyword and not getattr(config.option, "lf", False))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Spread the default run over xdist workers (see the module docstring); runs before xdist's own
+    ``pytest_cmdline_main`` (a later-registered tryfirst hook), which turns ``numprocesses`` into workers.
+    A user's ``-n N`` without ``--dist`` gets ``loadgroup`` too, so shared fixtures stay on one worker."""
+    if (not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput")
+            or config.option.dist != "no" or config.getoption("usepdb", False)
+            or config.getoption("collectonly", False)):
+        return
+    if config.option.numprocesses is None:
+        if not _is_default_run(config):
+            return
+        env = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+        workers = int(env) if env and env.isdigit() else min(_cpus(), MAX_WORKERS)
+        if workers <= 1:
+            return
+        config.option.numprocesses = workers
+    if config.option.numprocesses != 0:
+        config.option.dist = "loadgroup"
+        # pytest-benchmark turns itself off under xdist with a warning from every worker; these tests
+        # use no benchmark fixture (benchmarks/ has the benchmarks), so say it once here
+        if hasattr(config.option, "benchmark_disable"):
+            config.option.benchmark_disable = True
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Pass the controller's choice to each xdist worker: a worker parses only the user's command line,
+    so it would not know about ``loadgroup`` (nor name the groups) otherwise."""
+    node.workerinput["tl_dist"] = node.config.option.dist
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and workerinput.get("tl_dist") == "loadgroup":
+        config.option.loadgroup = True  # read by xdist's worker when it names the groups of the items
+        if hasattr(config.option, "benchmark_disable"):
+            config.option.benchmark_disable = True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup``: one xdist group per module (or per session fixture) for the tests
+    that use a project fixture wider than a function, so that fixture is built on one worker only.
+    Runs before xdist's worker hook, which reads the ``xdist_group`` marks."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue  # an explicit group wins (a test has one group: xdist joins several into a new name)
+        groups = set()
+        info = getattr(item, "_fixtureinfo", None)  # Function items; others use no fixtures
+        for defs in (info.name2fixturedefs.values() if info is not None else ()):
+            fixturedef = defs[-1]  # the definition the item uses (the closest override)
+            if fixturedef.scope == "function" or not fixturedef.baseid:  # "": pytest's and plugins' own
+                continue
+            if fixturedef.scope in ("module", "class"):
+                groups.add(item.nodeid.split("::")[0])
+            else:
+                groups.add(f"{fixturedef.baseid}::{fixturedef.argname}")
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(min(groups)))
 
 
 def _status(name):

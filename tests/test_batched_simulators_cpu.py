@@ -181,13 +181,11 @@ def test_float32_couplings_agree_with_float64():
         np.testing.assert_allclose(g, w, rtol=0, atol=1e-4)
 
 
-def test_float32_on_a_float64_only_backend_names_precision():
-    """(the numba case, moved from tests/test_sphere_device.py)"""
+def test_float32_on_numba_and_a_bad_precision_named():
+    """numba has typed float32 sources (tests/test_numba_float32.py); float16 is no precision."""
     _needs("numba")
-    with pytest.raises(ValueError, match="precision"):
-        _sde("numba", precision="float32")
-    with pytest.raises(ValueError, match="precision"):
-        _model("numba", precision="float32")
+    assert _sde("numba", precision="float32").precision == "float32"
+    assert _model("numba", precision="float32").precision == "float32"
     with pytest.raises(ValueError, match="precision"):
         _sde("numpy", precision="float16")
 
@@ -312,11 +310,12 @@ def test_float32_on_the_cpu_agrees_with_float64_and_stays_float32(backend):
     assert _rel(s32, s64) > 0  # really computed in float32
 
 
-def test_float32_needs_a_float32_backend():
-    """(the numba case, moved from tests/test_transformer_device.py)"""
+def test_float32_runs_on_numba_and_float16_is_named():
+    """numba computes in float32 too; an unknown precision is a ValueError naming it."""
     _needs("numba")
+    assert _tmodel("numba", precision="float32").precision == "float32"
     with pytest.raises(ValueError, match="precision"):
-        _tmodel("numba", precision="float32")
+        _tmodel("numba", precision="float16")
 
 
 def test_bad_arguments_name_themselves():

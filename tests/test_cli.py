@@ -9,6 +9,11 @@ import pytest
 
 from transformer_limits.cli import main
 
+# derive --all computes every derivation (SymPy, ~11 s) and the process keeps them: the other derive
+# tests here and tests/test_docs.py's up-to-date check (which renders them all again: ~1.5 s warm)
+# reuse them, so they run on the same xdist worker
+pytestmark = pytest.mark.xdist_group("all-derivations")
+
 
 def run(capsys, *argv):
     code = main(list(argv))

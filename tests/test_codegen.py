@@ -255,3 +255,62 @@ def test_every_flavour_of_a_family_has_the_same_kernel_names_and_arguments(famil
             assert found != reference, f"{family_name} {name} follows the convention now: drop it from _NOT_YET"
             continue
         assert found == reference, f"{family_name}: {name} kernels {found} differ from cuda-c's {reference}"
+
+
+# ------------------------------------------------------------------ the typed-literal pass (float32 Numba)
+_TOY = textwrap.dedent('''\
+    import math
+
+    import numba
+    import numpy
+
+    SCALE = 2.5  # module level: kept
+
+
+    @numba.njit(cache=True)
+    def kernel(X, n, out):
+        """docstring 0.5 stays a string"""
+        m = -math.inf  # comment 1.5 stays
+        row = numpy.empty(n)
+        acc = numpy.zeros((2, n), dtype=numpy.int64)
+        for j in range(n):
+            row[j] = X[j] * 0.5 + 1e-3
+            m = row[j] if row[j] > m else m
+        out[0] = m / math.sqrt(n) + 0.5 * math.pi
+        out[1] = acc[0, 0]
+    ''')
+
+
+def test_the_typed_literal_pass_hoists_every_float_literal_as_a_float32_constant():
+    from transformer_limits.symbolic.codegen import typed_python_source
+
+    assert typed_python_source(_TOY, "float64") is _TOY  # float64: the source itself, bitwise
+    out = typed_python_source(_TOY, "float32")
+    body = out[out.index("def kernel"):]
+    assert "SCALE = 2.5  # module level: kept" in out and '"""docstring 0.5 stays a string"""' in body
+    assert "# comment 1.5 stays" in body
+    assert "m = -_F0" in body and "_F0 = numpy.float32(numpy.inf)" in out
+    assert "row = numpy.empty(n, _REAL)" in body and "dtype=numpy.int64)" in body  # a given dtype is kept
+    assert "X[j] * _F1 + _F2" in body and "_F1 = numpy.float32(0.5)" in out and "_F2 = numpy.float32(0.001)" in out
+    assert "m / math.sqrt(_REAL(n)) + _F1 * _F3" in body and "_F3 = numpy.float32(numpy.pi)" in out  # one per value
+    with pytest.raises(ValueError, match="precision"):
+        typed_python_source(_TOY, "float16")
+    # the rewritten module runs and computes in float32
+    ns: dict = {}
+    exec(compile(out.replace("cache=True", "cache=False"), "<toy>", "exec"), ns)
+    res = np.zeros(2, np.float32)
+    ns["kernel"](np.arange(4, dtype=np.float32), 4, res)
+    f = np.float32
+    assert res[0] == (f(3) * f(0.5) + f(1e-3)) / f(2.0) + f(0.5) * f(np.pi)  # float32 arithmetic throughout
+
+
+def test_the_precision_is_part_of_the_source_key():
+    from transformer_limits.symbolic.codegen import source_key
+
+    assert source_key(["f"], "scalar", "t") == source_key(["f"], "scalar", "t", "float64")
+    assert source_key(["f"], "scalar", "t", "float32") != source_key(["f"], "scalar", "t")
+    from transformer_limits.numeric.flavours import PYTHON_NUMBA
+
+    name64, _ = attention_kernel_source(2, 2, 2, PYTHON_NUMBA.name)
+    name32, _ = attention_kernel_source(2, 2, 2, PYTHON_NUMBA.name, "float32")
+    assert "_float32_" in name32 and name32.rsplit("_", 1)[1] != name64.rsplit("_", 1)[1]

@@ -244,6 +244,18 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           cwd=ROOT, env=_env(), timeout=timeout)
 
 
+def _cli_here(capsys, *args: str) -> subprocess.CompletedProcess:
+    """The same command line run by ``cli.main`` in this process (no interpreter start-up and
+    imports, ~2 s): for the runs whose results are compared, while the cluster's workers stay
+    separate processes.  Use with the ``registry`` fixture (``--module`` registers experiments here)."""
+    from transformer_limits.cli import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["transformer-limits", *args], code, out, err)
+
+
 def _results(run: subprocess.CompletedProcess) -> dict:
     """The ``--format json`` payload (as in ``results.json``) without what may change with how it
     ran (docs/reports.md: the scheduler changes how, not what, is computed): the run options and
@@ -255,11 +267,12 @@ def _results(run: subprocess.CompletedProcess) -> dict:
     return payload
 
 
-def test_cli_verify_on_a_real_cluster_equals_the_local_run(cluster, experiment_file):
+def test_cli_verify_on_a_real_cluster_equals_the_local_run(cluster, experiment_file, capsys, registry):
+    # the cluster run as a user runs it (a fresh process), the local run to compare with in this one
     common = ("verify", "cluster-lyapunov", "--module", experiment_file, "--no-progress", "--seed", "3",
               "--format", "json")
-    local = _cli(*common, "--workers", "1")
     remote = _cli(*common, "--scheduler", cluster)
+    local = _cli_here(capsys, *common, "--workers", "1")
     results = _results(remote)
     assert json.loads(remote.stdout)["provenance"]["config"]["scheduler"] == cluster
     assert results["status"] in ("pass", "inconclusive") and results["checks"][0]["passed"]
@@ -268,25 +281,25 @@ def test_cli_verify_on_a_real_cluster_equals_the_local_run(cluster, experiment_f
     assert [r["refinement"] for r in results["tables"]["estimates"]] == [1, 2]
 
 
-def test_cli_a_wrong_formula_fails_on_the_cluster_too(cluster, experiment_file):
+def test_cli_a_wrong_formula_fails_on_the_cluster_too(cluster, experiment_file, capsys, registry):
     # Draft A's typo is off by 0.06 at (relu, d=5, σ=0.1): |z| = 4.5 at seed 3, against z* = 2.58 for
     # α = 0.01 (the derived formula gets |z| = 1.0 and passes: false-failure rate 1 %, fixed seed)
-    run = _cli("verify", "cluster-lyapunov-typo", "--module", experiment_file, "--scheduler", cluster,
-               "--no-progress", "--seed", "3")
+    run = _cli_here(capsys, "verify", "cluster-lyapunov-typo", "--module", experiment_file, "--scheduler",
+                    cluster, "--no-progress", "--seed", "3")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "lyapunov_agrees  FAIL" in run.stdout and "RESULT: FAIL (0/1" in run.stdout
 
 
-def test_cli_a_file_defined_sweep_function_runs_on_the_cluster(cluster):
+def test_cli_a_file_defined_sweep_function_runs_on_the_cluster(cluster, capsys, registry):
     """The worked example's sweep function lives in the --module file itself: the scheduler
     unpickles and re-pickles each task, so the function must carry the file's source both hops
     (workers cannot import the file by name).  Same results as the local run."""
     example = str(ROOT / "examples" / "euler_maruyama" / "em_gbm_example" / "experiment.py")
     common = ("verify", "em-gbm-strong-order", "--module", example, "--no-progress", "--format", "json")
-    remote = _cli(*common, "--scheduler", cluster)
+    remote = _cli_here(capsys, *common, "--scheduler", cluster)
     results = _results(remote)
     assert results["status"] in ("pass", "inconclusive") and results["checks"][0]["passed"]
-    assert results == _results(_cli(*common, "--workers", "1"))
+    assert results == _results(_cli_here(capsys, *common, "--workers", "1"))
 
 
 # ------------------------------------------------------------------------------------------------

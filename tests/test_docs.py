@@ -11,6 +11,8 @@ from transformer_limits.symbolic.derivation_docs import render_derivation_docs
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "derivations"
 
 
+# every derivation computed once per process: on the worker of tests/test_cli.py's derive --all
+@pytest.mark.xdist_group("all-derivations")
 def test_derivation_docs_are_up_to_date():
     index = (DOCS / "index.md").read_text(encoding="utf-8")
     if f"SymPy {sp.__version__}" not in index:

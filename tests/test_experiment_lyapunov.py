@@ -23,6 +23,14 @@ def small_profile(monkeypatch):
     monkeypatch.setitem(ly.PROFILES, "quick", SMALL)
 
 
+@pytest.fixture(scope="module")
+def seed3_store(tmp_path_factory) -> str:
+    """One sweep store for the seed-3 runs of SMALL: the right formula and the wrong ones are judged on
+    the same simulations (the formula enters only the check), so the first run simulates and the others
+    read its points, bitwise the same (test_store_makes_the_sweep_resumable)."""
+    return str(tmp_path_factory.mktemp("lyapunov") / "seed3.sqlite")
+
+
 def test_z_test_bonferroni_threshold_and_verdicts():
     pred = np.array([-0.1, -0.2, -0.3, -0.4])
     se = np.full(4, 0.01)
@@ -55,8 +63,8 @@ def test_draft_a_typo_differs_only_with_biases():
     assert ly.draft_a_typo_lambda_1(5, 0.1) - ly.predicted_lambda_1("relu", 5, 0.1)["lambda_1"] == pytest.approx(0.06)
 
 
-def test_correct_formula_passes_and_draft_a_typo_fails(small_profile):
-    config = ExperimentConfig("quick", seed=3)
+def test_correct_formula_passes_and_draft_a_typo_fails(small_profile, seed3_store):
+    config = ExperimentConfig("quick", seed=3, store=seed3_store)
     right = ly.run(config)
     # the small test profile is not contradicted, but has little power (≈ 0.36): the statistics are
     # the subject here, the quick profile's power is in docs/verification.md
@@ -71,13 +79,14 @@ def test_correct_formula_passes_and_draft_a_typo_fails(small_profile):
     assert rows and max(abs(r["z vs Draft-A typo"]) for r in rows) > check.statistics["z_critical"]
 
 
-def test_missing_one_over_d_in_k_prime_fails(small_profile):
+def test_missing_one_over_d_in_k_prime_fails(small_profile, seed3_store):
     """Draft B's k'(1) without the 1/d (docs/theory.md §B.0) gives a wrong λ_1 that the simulation rejects."""
     def wrong(a, d, s):
         v = ly.predicted_lambda_1(a, d, s)
         return (d - 3) / 2 * d * v["dk1"] - (d - 1) / 2 * v["k1"]
 
-    assert ly.run(ExperimentConfig("quick", seed=3), formula=wrong).status == "fail"  # not merely inconclusive
+    # not merely inconclusive
+    assert ly.run(ExperimentConfig("quick", seed=3, store=seed3_store), formula=wrong).status == "fail"
 
 
 def test_seeded_deterministic_and_worker_independent(small_profile):

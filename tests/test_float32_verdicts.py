@@ -1,5 +1,6 @@
 """float32 does not change a verdict: every experiment that declares float32 (``Experiment.precisions``)
-runs its quick profile in float32 on the NumPy float32 path and reaches the quick profile's float64
+runs its quick profile in float32 on the CPU backend its settings name (numba's float32 kernels where
+they say numba, the NumPy float32 path where numpy) and reaches the quick profile's float64
 verdicts (every check passes: ``.ci/run``'s quick report shows it in float64), states its measured error
 against float64, and a deliberately wrong model still fails in float32.
 
@@ -22,6 +23,8 @@ FLOAT32 = sorted(e.name for e in list_experiments() if "float32" in e.precisions
 #: the float64 quick verdicts (docs/verification.md, power table): propagation-of-chaos is not
 #: contradicted but undecided in the quick profile (power 0.002 against N^-1/4)
 FLOAT64_STATUS = {"propagation-of-chaos": "inconclusive", "synchronization": "pass", "token-independence": "pass"}
+#: the CPU backend of each float32 run: the one its settings name (numba's float32 kernels, or numpy)
+FLOAT32_CPU_BACKEND = {"propagation-of-chaos": "numba", "synchronization": "numpy", "token-independence": "numba"}
 
 
 def test_experiments_of_both_papers_declare_float32():
@@ -40,7 +43,9 @@ def test_float32_quick_profile_reaches_the_float64_verdicts(name):
     err = prov["precision_error"]
     assert 0 < err["max_rel"] < 1e-4, err  # float32 rounding is visible and small
     for choice in prov.get("backends", {}).values():
-        assert choice["backend"] in ("numpy", "blas", "cupy"), choice  # a float32 backend ran
+        assert choice["backend"] in ("numpy", "blas", "numba", "cupy"), choice  # a float32 backend ran
+        if prov.get("device", "cpu") == "cpu":
+            assert choice["backend"] == FLOAT32_CPU_BACKEND[name], choice
 
 
 def test_the_wrong_control_still_fails_in_float32():

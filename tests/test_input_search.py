@@ -59,11 +59,12 @@ def test_ladder_is_monotone_in_N_per_seed():
 
 
 def test_experiment_ladders_are_monotone_and_level_0_is_the_random_restart_estimate():
-    """The experiment's per-seed ladders (quick settings, 3 seeds, N = 4 ... 64) never decrease; level 0
-    is the plain random-restart estimate (``bottom_restarts`` starts) with the level-0 stream of the seed."""
-    s = dict(S, N_levels=(4, 8, 16, 32, 64))
+    """The experiment's per-seed ladders (quick settings, 2 seeds, N = 4, 8, 16) never decrease; level 0
+    is the plain random-restart estimate (``bottom_restarts`` starts) with the level-0 stream of the seed.
+    (Longer ladders: test_ladder_is_monotone_in_N_per_seed and the token-independence experiment tests.)"""
+    s = dict(S, N_levels=(4, 8, 16), seeds=2)
     errors = ti.token_errors(s, 0)
-    assert errors.shape == (5, S["seeds"])
+    assert errors.shape == (3, 2)
     assert np.all(np.diff(errors, axis=0) >= -1e-12 * errors[:-1])
     M = models_for({k: v for k, v in s.items() if k != "N_levels"})
     law = M.law(900)

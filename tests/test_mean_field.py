@@ -551,3 +551,30 @@ def test_the_same_loop_runs_on_the_cuda_c_kernels_through_host_emulated_cupy():
     assert (log.to_device, log.to_host) == (14, 7)
     _assert_equals_blas(X0, law, loss, 2, True, result)
     assert _rel(batch, blas.forward_batch(X0s, law, 2)) < 1e-12
+
+
+@pytest.mark.parametrize("backend", ["blas", "numba"])
+def test_adjoint_without_node_gradients_is_the_same_adjoint(backend):
+    """``node_grads=False`` (the sup search's input gradient) returns X_0 and P_0 bit for bit as the full
+    adjoint, and no gradients; masked and unmasked."""
+    for causal in (False, True):
+        law, X0, loss, _, _ = _setup(5, causal)
+        mf = MeanFieldLimit(D, DK, DV, causal=causal, backend=backend)
+        X1 = mf.forward(X0, law, 4).final
+        full = mf.adjoint(X1, N * loss.grad(X1), law, 4)
+        bare = mf.adjoint(X1, N * loss.grad(X1), law, 4, node_grads=False)
+        assert bare[2] is None
+        np.testing.assert_array_equal(bare[0], full[0])
+        np.testing.assert_array_equal(bare[1], full[1])
+
+
+def test_stage_stacks_follow_the_law_contents():
+    """The atoms at the RK4 stage times are kept by the law's contents: a law edited in place after a
+    pass integrates with its new atoms (the same numbers as a fresh copy of the edited law)."""
+    law, X0, _, mf, _ = _setup(6)
+    before = mf.forward(X0, law, 4).final
+    law.params["V"][1] *= 1.5  # in place: same object, new contents
+    after = mf.forward(X0, law, 4).final
+    fresh = mf.forward(X0, HeadLaw({k: v.copy() for k, v in law.params.items()}, law.weights.copy()), 4).final
+    np.testing.assert_array_equal(after, fresh)
+    assert not np.array_equal(after, before)

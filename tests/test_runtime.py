@@ -30,11 +30,30 @@ def test_an_unknown_precision_names_precision():
         runtime_of("numpy", "bfloat16")
 
 
-@pytest.mark.parametrize("backend", ["numba", "numba-cuda-sim", "numba-cuda"])
+@pytest.mark.parametrize("backend", ["numba-cuda-sim", "numba-cuda"])
 def test_float32_is_refused_where_the_flavour_computes_in_float64_only(backend):
-    """The Numba flavours' literals are float64: a float32 runtime would promote halfway, silently."""
+    """The python-cuda flavour's literals are float64: a float32 runtime would promote halfway, silently."""
     with pytest.raises(ValueError, match=f"precision 'float32' is not available on backend '{backend}'"):
         Runtime(backend, "float32")
+
+
+class _Echo:
+    """A kernel module whose kernel returns its arguments (what a launch passed)."""
+
+    @staticmethod
+    def kernel(*args):
+        return args
+
+
+def test_a_float32_numba_launch_takes_float_scalars_as_float32():
+    """Numba types a Python float as float64, which would promote a float32 kernel's arithmetic: a float32
+    runtime of the typed flavour casts float scalars (as CUDA C takes them as ``real``); flags, sizes
+    and arrays pass as they are, and float64 launches are untouched."""
+    flag, size, beta, arr = Runtime("numba", "float32").call(_Echo, "kernel", 1, True, 7, 0.5, np.zeros(2, np.float32))
+    assert type(beta) is np.float32 and beta == 0.5 and flag is True and size == 7 and type(size) is int
+    assert Runtime("numba", "float32").call(_Echo, "kernel", 1, np.float64(2.0))[0].dtype == np.float32
+    assert type(Runtime("numba").call(_Echo, "kernel", 1, 0.5)[0]) is float  # float64: as always
+    assert type(Runtime("numpy", "float32").call(_Echo, "kernel", 1, 0.5)[0]) is float  # NumPy: its dtype rules
 
 
 @pytest.mark.parametrize("backend", ["numpy", "blas", "numba"])

@@ -7,6 +7,8 @@ numbers mean nothing, only that a rerun trains nothing and reproduces every tabl
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 pytest.importorskip("torch", reason="spectral-scaling needs PyTorch: pip install 'transformer_limits[train]'")
@@ -31,12 +33,32 @@ def test_sweep_spec_keeps_the_run_seeds_and_order():
     assert spec["fixed"]["steps"] == 3 and spec["fixed"]["d_model"] == 32
 
 
-def test_a_second_run_with_the_same_store_trains_nothing_and_gives_the_same_result(tmp_path):
-    store = str(tmp_path / "spectral.sqlite")
-    config = ExperimentConfig(profile="full", seed=5, workers=2, store=store)
-    first = ss.run_grid(TINY, config)
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The main TINY grid trained once into a store (20 runs, 2 worker processes): ``(store, result)``.
+    Each test works on a copy of the store (:func:`_copy_store`), so the training is paid once per module."""
+    store = tmp_path_factory.mktemp("spectral") / "spectral.sqlite"
+    result = ss.run_grid(TINY, _config(store))
+    return store, result
+
+
+def _config(store) -> ExperimentConfig:
+    return ExperimentConfig(profile="full", seed=5, workers=2, store=str(store))
+
+
+def _copy_store(store, tmp_path):
+    """A copy of the closed SQLite store (with any WAL side files) under ``tmp_path``."""
+    for path in store.parent.glob(store.name + "*"):
+        shutil.copyfile(path, tmp_path / path.name)
+    return tmp_path / store.name
+
+
+def test_a_second_run_with_the_same_store_trains_nothing_and_gives_the_same_result(trained, tmp_path):
+    store, first = trained
     assert (first.provenance["runs_trained"], first.provenance["runs_from_store"]) == (N_RUNS, 0)
     assert sorted({r["seed"] for r in first.tables["runs"]}) == [5, 6]
+    store = _copy_store(store, tmp_path)
+    config = _config(store)
 
     second = ss.run_grid(TINY, config)
     assert (second.provenance["runs_trained"], second.provenance["runs_from_store"]) == (0, N_RUNS)
@@ -49,17 +71,15 @@ def test_a_second_run_with_the_same_store_trains_nothing_and_gives_the_same_resu
     assert all(row["attempts"] == 1 for row in rows.values())  # no point was written twice
 
 
-def test_more_seeds_for_some_optimizers_trains_only_their_extra_runs(tmp_path):
+def test_more_seeds_for_some_optimizers_trains_only_their_extra_runs(trained, tmp_path):
     """The full profile trains the Dion runs with more seeds (their check needs them for power): the
     extra seeds are a sweep of their own in the same store, the other optimizers keep theirs."""
     grid = ss.TrainingGrid(**{**TINY.__dict__, "more_seeds": (("dion-1/2", 3), ("dion-1/16", 3))})
     assert grid.seeds_of("dion-1/2") == 3 and grid.seeds_of("adamw") == 2
     (extra,) = ss.more_seeds_specs(grid, base_seed=5)
     assert extra["grid"] == {"optimizer": ["dion-1/2", "dion-1/16"], "k": [1, 2], "seed": [7]}
-    store = str(tmp_path / "spectral.sqlite")
-    config = ExperimentConfig(profile="full", seed=5, workers=2, store=store)
-    ss.run_grid(TINY, config)  # the main grid first: the extra runs then add only 2 x 2 runs
-    result = ss.run_grid(grid, config)
+    # the main grid first (trained by the fixture): the extra runs then add only 2 x 2 runs
+    result = ss.run_grid(grid, _config(_copy_store(trained[0], tmp_path)))
     assert (result.provenance["runs_trained"], result.provenance["runs_from_store"]) == (4, N_RUNS)
     seeds = {(r["optimizer"], r["seed"]) for r in result.tables["runs"]}
     assert ("Dion 1/16", 7) in seeds and ("AdamW", 7) not in seeds

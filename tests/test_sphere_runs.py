@@ -230,8 +230,9 @@ def test_copies_do_not_grow_with_steps_or_layers():
     assert _transfers(lambda: runs["simulate_systems"](6))[2] <= 8 * 3 * 8 + 8
 
 
-@pytest.mark.parametrize("backend", ["numba", pytest.param(SIM, marks=_SIM_MARKS)])
+@pytest.mark.parametrize("backend", [pytest.param(SIM, marks=_SIM_MARKS)])
 def test_float32_on_a_float64_only_backend_names_precision(backend):
+    """numba-cuda is float64 only (the numba flavour has typed float32 sources: see below)."""
     _needs(backend)
     with pytest.raises(ValueError, match="precision"):
         _sde(backend, precision="float32")
@@ -239,6 +240,12 @@ def test_float32_on_a_float64_only_backend_names_precision(backend):
         _model(backend, precision="float32")
     with pytest.raises(ValueError, match="precision"):
         _sde("numpy", precision="float16")
+
+
+def test_numba_runs_float32():
+    _needs("numba")
+    assert _sde("numba", precision="float32").precision == "float32"
+    assert _model("numba", precision="float32").precision == "float32"
 
 
 def test_a_float32_run_builds_float32_kernels_only(monkeypatch):

@@ -468,3 +468,24 @@ def test_cupy_float32_agrees_with_float64_on_a_device():
     assert _rel(s32, s64) <= 1e-4 and _rel(a32.p, a64.p) <= 1e-4
     for k in params:
         assert _rel(a32.grads[k], a64.grads[k]) <= 1e-4, k
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_without_gradients_is_the_same_adjoint(causal):
+    """``grads=False`` (the sup search's input gradient p_0) gives the adjoints bit for bit and no
+    parameter gradients, on every CPU backend; so does the layer's ``param_grads=False``."""
+    shape = (3, 2, 4, 7, 3, 2)  # the shapes of test_backends_agree: no new numba compile
+    d, d_k, d_v, N, L, H = shape
+    params, X0, loss = _problem(*shape, seed=4)
+    for backend in ("numpy", "blas", "numba"):
+        m = AttentionTransformer(d, d_k, d_v, causal=causal, temperature=0.6, backend=backend)
+        fwd = m.forward(X0, params)
+        pL = loss.grad(fwd.states[-1])
+        full, bare = m.backward(fwd, params, pL), m.backward(fwd, params, pL, grads=False)
+        np.testing.assert_array_equal(bare.p, full.p)
+        assert bare.grads == {} and set(full.grads) == set(params)
+        args = (fwd.states[0], params["Q"][0], params["K"][0], params["V"][0], params["O"][0], fwd.weights[0],
+                fwd.caches[0], pL)
+        xbar, *dtheta = m.layer.vjp(*args, param_grads=False)
+        np.testing.assert_array_equal(xbar, m.layer.vjp(*args)[0])
+        assert dtheta == [None] * 4

@@ -84,7 +84,8 @@ REGISTRY: dict[str, Backend] = {b.name: b for b in (
 
 #: backends that run generated kernel source (the ``backend`` test fixture, ``transformer-limits info``)
 BACKENDS = tuple(name for name, b in REGISTRY.items() if b.flavour.generated)
-#: backends that compute in float32 when asked (their flavour's precisions); the others are float64 only
+#: backends that compute in float32 when asked (their flavour's precisions: numpy, blas, numba, cupy); the others
+#: (the python-cuda ones) are float64 only
 FLOAT32_BACKENDS = tuple(name for name, b in REGISTRY.items() if "float32" in b.precisions)
 
 

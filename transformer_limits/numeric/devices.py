@@ -22,9 +22,9 @@ The device of a run is one of ``DEVICES``; :func:`resolve_device` turns it into 
   (:attr:`BackendChoice.fallback`).
 
 At ``precision="float32"`` only the backends whose flavour computes in float32
-(:data:`transformer_limits.numeric.backends.FLOAT32_BACKENDS`) qualify: on ``cpu`` ``numpy`` where
-the family has the ``python-numpy`` flavour, else ``blas`` (the attention layer's BLAS path); on
-``cuda`` ``cupy`` (the float32 compile of the cuda-c source), else that CPU backend.
+(:data:`transformer_limits.numeric.backends.FLOAT32_BACKENDS`) qualify: on ``cpu`` the same order
+(``numba`` runs its float32 kernel sources), ``blas`` where neither qualifies; on ``cuda`` ``cupy``
+(the float32 compile of the cuda-c source), else that CPU backend.
 
 **The run target.**  A run resolves its device once: :meth:`RunTarget.resolve` (the one caller of
 :func:`resolve_device`) turns ``device`` and ``precision`` into a frozen :class:`RunTarget`, and
@@ -117,11 +117,11 @@ def _cpu_backend(fam: KernelFamily, cpu_backend: str | None, precision: str) -> 
                              f"got {cpu_backend!r}")
         if precision == "float64" or cpu_backend in FLOAT32_BACKENDS:
             return cpu_backend
-    if precision == "float32":  # numba kernels are float64 only
-        return "numpy" if fam.has(PYTHON_NUMPY) else "blas"
     for name in ("numba", "numpy"):  # the fastest CPU backend of the family's flavours first
-        if fam.has(REGISTRY[name].flavour) and REGISTRY[name].available:
+        if fam.has(REGISTRY[name].flavour) and REGISTRY[name].available and precision in REGISTRY[name].precisions:
             return name
+    if precision == "float32":  # no float32 flavour of the family: the attention layer's BLAS path
+        return "blas"
     raise ValueError(f"family {fam.name!r} has no usable CPU flavour (flavours: {', '.join(fam.flavours)})")
 
 

@@ -8,7 +8,7 @@ name               printer  suffix  device    launch      precisions   source
 =================  =======  ======  ========  ==========  ===========  ==================================
 ``python-numpy``   numpy    .py     host      call        f64, f32     vectorised NumPy (the reference)
 ``numpy-blas``     (none)   (none)  host      call        f64, f32     hand-written batched NumPy/BLAS
-``python-numba``   scalar   .py     host      call        f64          ``numba.njit(parallel=True)`` loops
+``python-numba``   scalar   .py     host      call        f64, f32     ``numba.njit(parallel=True)`` loops
 ``python-cuda``    scalar   .py     device    grid        f64          ``numba.cuda.jit`` kernels
 ``cuda-c``         c        .cu     device    raw-module  f64, f32     CUDA C in a CuPy ``RawModule``
 =================  =======  ======  ========  ==========  ===========  ==================================
@@ -18,8 +18,13 @@ generated source, and no ``suffix`` either), ``launch`` how :meth:`transformer_l
 (``call``: a Python call on host arrays; ``grid``: ``kernel[blocks, threads](...)``; ``raw-module``:
 ``module.get_function(name)(grid, block, args)``), ``takes_sizes`` whether kernels take the problem
 sizes as trailing integer arguments (C has no array shapes).  float32 runs only where the source
-computes in the dtype it is given (NumPy) or is compiled for it (CUDA C ``typedef float real``); the
-Numba flavours' literals are float64, so float32 inputs would be promoted halfway.
+computes in the dtype it is given (NumPy), is compiled for it (CUDA C ``typedef float real``) or is
+generated for it (``typed_sources``: ``python-numba`` has one source per precision, the float32 one with
+every literal a ``numpy.float32`` constant and float32 scratch arrays, see
+:func:`transformer_limits.symbolic.codegen.typed_python_source`; the precision is then part of the
+kernel-cache spec and of the file name).  ``python-cuda``'s literals are float64 (float64 only).  The
+precision is a property of the flavour: every kernel family with the ``python-numba`` flavour has its
+float32 source.
 
 This module and :mod:`transformer_limits.numeric.backends` are the only places that spell a flavour's
 name; everything else holds the records (``PYTHON_NUMBA``, ``CUDA_C``, ...).
@@ -49,6 +54,7 @@ class Flavour:
     comment: str
     takes_sizes: bool
     summary: str
+    typed_sources: bool = False
 
     def __post_init__(self) -> None:
         if self.launch not in LAUNCHES:
@@ -62,6 +68,25 @@ class Flavour:
         """Whether kernels of this flavour are generated from SymPy (else hand-written)."""
         return bool(self.printer)
 
+    def check_source_precision(self, precision: str) -> None:
+        """ValueError naming ``precision`` unless a generator of this flavour writes its source for it:
+        float64 always (the one source of an untyped flavour, run or compiled in either precision),
+        another precision only for a flavour with ``typed_sources`` that computes in it."""
+        if precision == "float64":
+            return
+        if precision not in self.precisions:
+            raise ValueError(f"precision {precision!r}: flavour {self.name} computes in "
+                             f"{', '.join(self.precisions)} only")
+        if not self.typed_sources:
+            raise ValueError(f"precision {precision!r}: flavour {self.name} has one source for every precision "
+                             f"it computes in; generate it with float64")
+
+    def source_tag(self, precision: str) -> str:
+        """Part of a generated file's stem naming its precision: ``""`` for float64 (the names of the
+        float64 sources are what they always were), ``_float32`` for a typed float32 source."""
+        self.check_source_precision(precision)
+        return "" if precision == "float64" else f"_{precision}"
+
     def __str__(self) -> str:
         return self.name
 
@@ -70,8 +95,8 @@ PYTHON_NUMPY = Flavour("python-numpy", "numpy", ".py", False, "call", ("float64"
                        "vectorised NumPy (the reference of every test)")
 NUMPY_BLAS = Flavour("numpy-blas", "", "", False, "call", ("float64", "float32"), "#", False,
                      "hand-written batched NumPy/BLAS (matmul, einsum); no generated source")
-PYTHON_NUMBA = Flavour("python-numba", "scalar", ".py", False, "call", ("float64",), "#", False,
-                       "numba.njit(parallel=True, cache=True) loops")
+PYTHON_NUMBA = Flavour("python-numba", "scalar", ".py", False, "call", ("float64", "float32"), "#", False,
+                       "numba.njit(parallel=True, cache=True) loops, one source per precision", typed_sources=True)
 PYTHON_CUDA = Flavour("python-cuda", "scalar", ".py", True, "grid", ("float64",), "#", False,
                       "numba.cuda.jit kernels, launched on a 1-D grid")
 CUDA_C = Flavour("cuda-c", "c", ".cu", True, "raw-module", ("float64", "float32"), "//", True,

@@ -12,6 +12,12 @@ A :class:`KernelFamily` declares, without importing SymPy,
   being ``<stem>_<key><suffix>`` (see :func:`transformer_limits.symbolic.codegen.source_key`); the
   generator receives the flavour's name (the cache spec holds names).
 
+**Precision.**  A flavour with ``typed_sources`` (``python-numba``) has one source per precision: the
+float32 instance's spec and generator call get ``precision="float32"`` (its file is
+``<stem>_float32_<key>.py``, its Numba cache separate), the float64 instance's spec and call are what
+they always were.  The other flavours have one source for every precision (NumPy computes in the dtype
+it is given; CUDA C is compiled with ``typedef float real;``), so ``precision`` is not part of their spec.
+
 :meth:`KernelFamily.load` resolves a ``backend=`` string, finds (or generates, stores and indexes) the
 source of that backend's flavour and returns the loaded module: an imported Python module for the
 ``python-*`` flavours (:func:`~transformer_limits.kernel_cache.load_python_source`, so Numba's on-disk
@@ -65,8 +71,9 @@ def cuda_c_program(source: str, precision: str = "float64") -> str:
 
 def load_source(path: Path, flavour: Flavour | str, precision: str = "float64") -> Any:
     """Load a generated source file of ``flavour``: a CuPy ``RawModule`` for ``cuda-c``, compiled as
-    :func:`cuda_c_program` of ``precision``, else the imported Python module (which computes in the
-    dtype of the arrays it is given; ``precision`` is checked, nothing else)."""
+    :func:`cuda_c_program` of ``precision``, else the imported Python module (NumPy computes in the
+    dtype of the arrays it is given; a typed flavour's ``path`` is already the source of its precision,
+    :meth:`KernelFamily.source_path`; ``precision`` is checked, nothing else)."""
     if precision not in CUDA_C_REAL_TYPES:
         raise ValueError(f"precision must be one of {', '.join(CUDA_C_REAL_TYPES)}, got {precision!r}")
     if flavour_named(flavour) is CUDA_C:
@@ -116,35 +123,50 @@ class KernelFamily:
         unknown, not usable here, or without this family's flavour)."""
         return resolve_backend(backend, tuple(self.flavours.values()), self.title)
 
-    def spec(self, flavour: Flavour | str, **params: object) -> str:
-        """Cache spec of one instance: ``<name>:<param>=<value>:...:flavour=<flavour>`` (sorted)."""
+    def _source_precision(self, flavour: str, precision: str) -> dict[str, str]:
+        """``{"precision": precision}`` where ``flavour`` writes a source per precision and ``precision`` is
+        not float64, else ``{}`` (ValueError naming ``precision`` if the flavour does not compute in it)."""
+        record = self.flavours[flavour]
+        if precision not in record.precisions:
+            raise ValueError(f"precision {precision!r} is not available for {self.title} in flavour "
+                             f"{flavour} (it computes in {', '.join(record.precisions)})")
+        return {"precision": precision} if record.typed_sources and precision != "float64" else {}
+
+    def spec(self, flavour: Flavour | str, precision: str = "float64", **params: object) -> str:
+        """Cache spec of one instance: ``<name>:<param>=<value>:...:flavour=<flavour>`` (sorted), with
+        ``precision=<precision>`` for a typed flavour's non-float64 source."""
         flavour = flavour.name if isinstance(flavour, Flavour) else flavour
         if flavour not in self.flavours:
             raise ValueError(f"flavour must be one of {', '.join(self.flavours)} for {self.title}; "
                              f"got {flavour!r}")
         if set(params) != set(self.params):
             raise ValueError(f"{self.title} takes parameters {', '.join(self.params)}; got {', '.join(params)}")
-        return kernel_cache.kernel_spec(self.name, flavour=flavour, **params)
+        return kernel_cache.kernel_spec(self.name, flavour=flavour, **self._source_precision(flavour, precision),
+                                        **params)
 
-    def generate(self, flavour: Flavour | str, **params: object) -> Path:
+    def generate(self, flavour: Flavour | str, precision: str = "float64", **params: object) -> Path:
         """Run the SymPy generator (imported here, on a miss only), store and index the source."""
         flavour = flavour.name if isinstance(flavour, Flavour) else flavour
+        spec = self.spec(flavour, precision, **params)  # checks flavour, precision and parameters
         module, _, function = self.generator.partition(":")
-        filename, source = getattr(importlib.import_module(module), function)(flavour=flavour, **params)
+        filename, source = getattr(importlib.import_module(module), function)(
+            flavour=flavour, **self._source_precision(flavour, precision), **params)
         path = kernel_cache.write_source(filename, source)
-        kernel_cache.record_source(self.spec(flavour, **params), path)
+        kernel_cache.record_source(spec, path)
         return path
 
-    def source_path(self, flavour: Flavour | str, **params: object) -> Path:
-        """Cached source file of one instance; generated (SymPy imported) only on a cache miss."""
-        path = kernel_cache.lookup_source(self.spec(flavour, **params))
-        return self.generate(flavour, **params) if path is None else path
+    def source_path(self, flavour: Flavour | str, precision: str = "float64", **params: object) -> Path:
+        """Cached source file of one instance in ``precision`` (the one source of an untyped flavour);
+        generated (SymPy imported) only on a cache miss."""
+        path = kernel_cache.lookup_source(self.spec(flavour, precision, **params))
+        return self.generate(flavour, precision, **params) if path is None else path
 
     def load(self, backend: str, *, precision: str = "float64", **params: object) -> ModuleType | Any:
-        """The loaded kernels of ``backend``'s flavour (Python module, or CuPy RawModule for cuda-c,
-        compiled for ``precision``: float64 or float32; the same source either way)."""
+        """The loaded kernels of ``backend``'s flavour in ``precision`` (float64 or float32): the Python
+        module of that precision's source (python-numba: its own float32 source), or a CuPy RawModule
+        for cuda-c, its one source compiled for ``precision``."""
         flavour = self.resolve(backend).flavour
-        return load_source(self.source_path(flavour, **params), flavour, precision)
+        return load_source(self.source_path(flavour, precision, **params), flavour, precision)
 
 
 _ALL = (PYTHON_NUMPY, PYTHON_NUMBA, PYTHON_CUDA, CUDA_C)

@@ -1,18 +1,23 @@
 """Floating-point precision of a run: ``float64`` (the default everywhere) or ``float32``.
 
-float32 is an option for speed on a GPU, never the default: the rates and constants the package
-checks are float64 results, and a run in float32 states its measured error against float64
-(:attr:`transformer_limits.verify.experiment.Experiment.precision_probe`).  Which backends compute in
-float32 is a property of the flavour they run (``Flavour.precisions``,
+float32 is an option for speed (on a GPU, and on the CPU with the numba kernels), never the default:
+the rates and constants the package checks are float64 results, and a run in float32 states its
+measured error against float64 (:attr:`transformer_limits.verify.experiment.Experiment.precision_probe`).
+Which backends compute in float32 is a property of the flavour they run (``Flavour.precisions``,
 :mod:`transformer_limits.numeric.flavours`), collected as
 :data:`transformer_limits.numeric.backends.FLOAT32_BACKENDS`:
 
 ==================  ====================================================================
 ``numpy``, ``blas`` float32 arrays; NumPy keeps float32 in arithmetic with Python scalars
+``numba``           the float32 source of every kernel family (``python-numba`` has
+                    ``typed_sources``: every literal a ``numpy.float32`` constant, float32
+                    scratch arrays, the float32 ``fast_exp``; its own cache entry), float
+                    scalar arguments cast by the runtime; softmax sums accumulate in float32
+                    as in the CUDA C float32 compile
 ``cupy``            the same CUDA C source compiled with ``typedef float real;``
                     (``transformer_limits.numeric.kernel_family.cuda_c_program``)
-``numba``,          float64 only: their kernels' literals are float64, so float32 inputs would
-``numba-cuda(-sim)``be promoted halfway; a float32 run uses numpy / blas / cupy instead
+``numba-cuda(-sim)``float64 only: their kernels' literals are float64, so float32 inputs would be
+                    promoted halfway; a float32 run on cuda uses cupy instead
 ==================  ====================================================================
 """
 

@@ -29,8 +29,11 @@ is ``log.to_device`` / ``log.to_host`` (and their bytes), whichever backend ran.
 flavour is run (``Flavour.launch``): a Python call on the host, ``kernel[blocks, THREADS](...)`` for
 ``python-cuda``, ``module.get_function(name)(grid, block, args)`` for ``cuda-c`` with the arguments as
 C takes them (:meth:`Runtime.c_arguments`) and the problem ``sizes`` appended (``Flavour.takes_sizes``:
-C has no array shapes).  Launches are one-dimensional, ``THREADS`` threads per block, or
-two-dimensional (``threads=(nx, ny)``) in blocks of ``THREADS_2D``; zero threads launch nothing.
+C has no array shapes).  A float32 launch of a typed host flavour (``python-numba``'s float32 source)
+gets its float scalar arguments (beta, sigma_u, ...) as ``float32``, as CUDA C gets them as ``real``:
+Numba would type a Python float as float64 and promote every expression it enters.  Launches are
+one-dimensional, ``THREADS`` threads per block, or two-dimensional (``threads=(nx, ny)``) in blocks of
+``THREADS_2D``; zero threads launch nothing.
 """
 
 from __future__ import annotations
@@ -107,6 +110,8 @@ class Runtime:
         self.dtype: np.dtype = DTYPES[precision]
         self.flavour = b.flavour
         self.on_device = b.flavour.on_device
+        # host kernels generated for this precision take float scalars in it (see Runtime.call)
+        self._cast_scalars = b.flavour.typed_sources and precision != "float64" and b.flavour.launch == "call"
         self.xp: Any
         if not self.on_device:
             self.storage, self.xp = "host", np
@@ -200,6 +205,8 @@ class Runtime:
         launch = self.flavour.launch
         tail = tuple(sizes) if self.flavour.takes_sizes else ()
         if launch == "call":
+            if self._cast_scalars:  # a float64 scalar would promote a float32 kernel halfway
+                args = tuple(self.dtype.type(a) if isinstance(a, (float, np.floating)) else a for a in args)
             return getattr(module, name)(*args, *tail)
         dims = (threads,) if isinstance(threads, (int, np.integer)) else tuple(threads)
         if any(int(t) < 0 for t in dims):

@@ -46,7 +46,7 @@ from transformer_limits.numeric.flavours import PYTHON_NUMBA, flavour_named
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.symbolic.attention_adjoint_cuda import cuda_source
 from transformer_limits.symbolic.codegen import (CodeBlock, code_block, indent, lane_max_lines, source_key,
-                                                 unkeyed_name)
+                                                 typed_python_source, unkeyed_name)
 from transformer_limits.symbolic.fast_exp import fast_exp_lines
 from transformer_limits.symbolic.template_pieces import adjoint_pieces
 
@@ -107,7 +107,10 @@ def _cols(arr: str, h: str, i: str, sym: str, n: int) -> list[str]:
     return [f"{arr}[{h}, {a}, {i}] = {sym}_{a}" for a in range(n)]
 
 
-def _source_numba(b: _Blocks) -> str:
+def _source_numba(b: _Blocks, precision: str = "float64") -> str:
+    """The numba kernels in ``precision`` (float32: the float32 ``fast_exp`` and the typed-literal pass of
+    :func:`~transformer_limits.symbolic.codegen.typed_python_source`, so scratch rows, partial sums and
+    softmax sums are float32 like the CUDA C float32 compile; float64 as it always was)."""
     d, d_k, d_v = b.d, b.d_k, b.d_v
     njit = "@numba.njit(parallel=True, cache=True, fastmath=False)"
     # pair loops: contraction (FMA) and reassociation of the j-sums, so that LLVM vectorises them;
@@ -216,12 +219,12 @@ def _source_numba(b: _Blocks) -> str:
                                         "for j in range(j0, j1):"]
                  + [f"    XB[j, {a}] = XJ[j, {a}]" for a in range(d)]
                  + ["if lions:"] + ["    " + x for x in ["for h in range(H):"] + ["    " + y for y in lions_term]]])
-    out = ["import math", "", "import numba", "import numpy"] + fast_exp_lines()
+    out = ["import math", "", "import numba", "import numpy"] + fast_exp_lines(precision)
     out += kernel("features(X, Qs, Ks, Vs, QF, KT, VT)", features)
     out += kernel("forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F)", forward, njit_pairs)
     out += kernel("adjoint(PC, Qs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, XJ)", adjoint, njit_pairs)
     out += kernel("finish(KBP, VBP, Ks, Vs, XJ, lions, KBT, VBT, XB)", finish)
-    return "\n".join(out) + "\n"
+    return typed_python_source("\n".join(out) + "\n", precision)
 
 
 def _header(d: int, d_k: int, d_v: int, flavour: str) -> list[str]:
@@ -233,16 +236,20 @@ def _header(d: int, d_k: int, d_v: int, flavour: str) -> list[str]:
     return [(flavour_named(flavour).comment + s[1:]) if flavour_named(flavour).comment != "#" else s for s in lines]
 
 
-def adjoint_kernel_source(d: int, d_k: int, d_v: int, flavour: str = PYTHON_NUMBA.name) -> tuple[str, str]:
-    """(file name, source) of the layer forward/adjoint kernels for one flavour."""
+def adjoint_kernel_source(d: int, d_k: int, d_v: int, flavour: str = PYTHON_NUMBA.name,
+                          precision: str = "float64") -> tuple[str, str]:
+    """(file name, source) of the layer forward/adjoint kernels for one flavour; ``precision`` float32
+    only for a flavour with typed sources (python-numba: its own file, ``..._float32_<key>.py``)."""
     if flavour not in ADJOINT_FLAVOURS:
         raise ValueError(f"unknown adjoint kernel flavour {flavour!r} (known: {', '.join(ADJOINT_FLAVOURS)})")
+    flav = flavour_named(flavour)
+    flav.check_source_precision(precision)
     b = _Blocks(d, d_k, d_v)
-    body = _source_numba(b) if flavour == PYTHON_NUMBA.name else cuda_source(b, flavour)
+    body = _source_numba(b, precision) if flav is PYTHON_NUMBA else cuda_source(b, flavour)
     source = "\n".join(_header(d, d_k, d_v, flavour)) + "\n" + body
-    key = source_key(b.fingerprints(), flavour_named(flavour).printer, body)
-    stem = f"attention_adjoint_d{d}_dk{d_k}_dv{d_v}_{flavour.replace('-', '_')}"
-    return f"{stem}_{key}{flavour_named(flavour).suffix}", source
+    key = source_key(b.fingerprints(), flav.printer, body, precision)
+    stem = f"attention_adjoint_d{d}_dk{d_k}_dv{d_v}_{flavour.replace('-', '_')}{flav.source_tag(precision)}"
+    return f"{stem}_{key}{flav.suffix}", source
 
 
 def adjoint_kernel_sources(d: int, d_k: int, d_v: int) -> dict[str, str]:

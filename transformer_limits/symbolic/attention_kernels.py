@@ -46,7 +46,7 @@ import re
 from transformer_limits.numeric.flavours import CUDA_C, PYTHON_CUDA, PYTHON_NUMBA, PYTHON_NUMPY, flavour_named
 from transformer_limits.numeric.kernel_family import ATTENTION
 from transformer_limits.symbolic.codegen import (CodeBlock, code_block, indent, lane_max_lines, source_key,
-                                                 unkeyed_name)
+                                                 typed_python_source, unkeyed_name)
 from transformer_limits.symbolic.fast_exp import fast_exp_lines
 from transformer_limits.symbolic.template_pieces import kernel_pieces
 
@@ -177,9 +177,11 @@ def _numba_forward(b: _Blocks) -> list[str]:
             "        for i in range(t, N, T):", indent(row, 3), ""]
 
 
-def _source_numba(b: _Blocks) -> str:
+def _source_numba(b: _Blocks, precision: str = "float64") -> str:
+    """The numba kernels in ``precision`` (float32: the float32 ``fast_exp`` and the typed-literal pass of
+    :func:`~transformer_limits.symbolic.codegen.typed_python_source`; float64 as it always was)."""
     rows, pairs = _py_scalar_bodies(b)
-    out = ["import math", "", "import numba", "import numpy"] + fast_exp_lines() + [""]
+    out = ["import math", "", "import numba", "import numpy"] + fast_exp_lines(precision) + [""]
     out += _numba_forward(b)
     for kind in ("key", "jacobian"):
         length = "Y" if kind == "key" else "X"
@@ -195,7 +197,7 @@ def _source_numba(b: _Blocks) -> str:
                 indent(_py_unpack_params(b), 1), "    M = KF.shape[0]",
                 "    for i in numba.prange(X.shape[0]):", indent(outer, 2),
                 "        for j in range(M):", indent(inner, 3), ""]
-    return "\n".join(out) + "\n"
+    return typed_python_source("\n".join(out) + "\n", precision)
 
 
 def _source_cuda(b: _Blocks) -> str:
@@ -355,17 +357,19 @@ _EMITTERS = {PYTHON_NUMPY.name: _source_numpy, PYTHON_NUMBA.name: _source_numba,
              PYTHON_CUDA.name: _source_cuda, CUDA_C.name: _source_c}
 
 
-def attention_kernel_source(d: int, d_k: int, d_v: int, flavour: str) -> tuple[str, str]:
-    """(file name, source) of the attention kernels for one flavour."""
+def attention_kernel_source(d: int, d_k: int, d_v: int, flavour: str, precision: str = "float64") -> tuple[str, str]:
+    """(file name, source) of the attention kernels for one flavour; ``precision`` float32 only for a
+    flavour with typed sources (python-numba: its own file, ``..._float32_<key>.py``)."""
     if flavour not in FLAVOURS:
         raise ValueError(f"unknown kernel flavour {flavour!r} (known: {', '.join(FLAVOURS)})")
+    flav = flavour_named(flavour)
+    flav.check_source_precision(precision)
     b = _Blocks(d, d_k, d_v)
-    comment = flavour_named(flavour).comment
-    body = _EMITTERS[flavour](b)
-    source = "\n".join(_header(comment, d, d_k, d_v, flavour)) + "\n" + body
-    key = source_key([blk.fingerprint() for blk in b.all()], flavour_named(flavour).printer, body)
-    stem = f"attention_d{d}_dk{d_k}_dv{d_v}_{flavour.replace('-', '_')}"
-    return f"{stem}_{key}{flavour_named(flavour).suffix}", source
+    body = _source_numba(b, precision) if flav is PYTHON_NUMBA else _EMITTERS[flavour](b)
+    source = "\n".join(_header(flav.comment, d, d_k, d_v, flavour)) + "\n" + body
+    key = source_key([blk.fingerprint() for blk in b.all()], flav.printer, body, precision)
+    stem = f"attention_d{d}_dk{d_k}_dv{d_v}_{flavour.replace('-', '_')}{flav.source_tag(precision)}"
+    return f"{stem}_{key}{flav.suffix}", source
 
 
 def attention_kernel_sources(d: int, d_k: int, d_v: int) -> dict[str, str]:

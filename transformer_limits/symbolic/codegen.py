@@ -19,11 +19,27 @@ Printers (lessons from SymPy's issue tracker):
 
 ``Heaviside`` is rewritten as a ``Piecewise`` (with SymPy's ``H(0) = 1/2`` unless given) before
 printing, so ReLU and its derivative work on every backend.
+
+**float32 Numba sources** (:func:`typed_python_source`).  Numba types a Python float literal, a
+``math.inf`` and a ``numpy.empty(n)`` as float64, and float32 op float64 is float64: one such literal
+in a loop silently computes the loop in float64 (half the SIMD lanes).  The float32 source of a Numba
+kernel is therefore the float64 source (unchanged, so float64 kernels stay bitwise the same) passed
+through one typed-literal pass: every float literal and ``math`` constant inside a function becomes a
+``numpy.float32`` module constant (hoisted, one per value: ``_F3 = numpy.float32(0.5)``), every
+``numpy.empty`` / ``numpy.zeros`` without a dtype gets ``_REAL`` (``numpy.float32``), and the argument of
+``math.sqrt`` is cast to ``_REAL`` (``math.sqrt`` of an integer, e.g. a size, is float64).  Float scalar
+*arguments* (beta, sigma_u, ...) are cast by the runtime
+(:meth:`transformer_limits.numeric.runtime.Runtime.call`), as CUDA C takes them as ``real``.  The
+result is what CUDA C gets from ``typedef float real;``: literals rounded to float32 once, arithmetic
+and accumulations in float32.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import re
+import tokenize
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
@@ -44,6 +60,7 @@ __all__ = [
     "lane_max_lines",
     "print_expr",
     "source_key",
+    "typed_python_source",
     "unkeyed_name",
 ]
 
@@ -244,11 +261,92 @@ def lane_max_lines(row: str, stop: str, lanes: int, weights: str | None = None) 
     return out + ["m = m0"]
 
 
+# --------------------------------------------------------------------------- float32 Numba sources
+#: ``math`` constants that Numba types as float64 (replaced by float32 module constants)
+_MATH_CONSTANTS = {"inf": "numpy.inf", "pi": "numpy.pi", "e": "numpy.e", "nan": "numpy.nan", "tau": "2.0 * numpy.pi"}
+#: NumPy allocations that default to float64 (get ``_REAL`` unless a dtype is given)
+_ALLOCATIONS = ("empty", "zeros")
+
+
+def _is_float_literal(text: str) -> bool:
+    t = text.lower()
+    return not t.startswith(("0x", "0o", "0b")) and not t.endswith("j") and ("." in t or "e" in t)
+
+
+def _closing(tokens: list[tokenize.TokenInfo], k: int) -> int:
+    """Index of the ``)`` matching the ``(`` at tokens[k]."""
+    depth = 0
+    for n in range(k, len(tokens)):
+        if tokens[n].type == tokenize.OP and tokens[n].string in "([{":
+            depth += 1
+        elif tokens[n].type == tokenize.OP and tokens[n].string in ")]}":
+            depth -= 1
+            if depth == 0:
+                return n
+    raise ValueError("unbalanced parentheses in generated source")
+
+
+def typed_python_source(source: str, precision: str) -> str:
+    """The generated Numba ``source`` (float64) computed in ``precision``: itself for float64; for float32
+    the typed-literal pass of the module docstring.  Only indented code (function bodies) is rewritten;
+    module-level lines (imports, decorators, constants such as the float32 ``fast_exp``'s) are kept.
+    The constants follow the first ``import numpy`` (added after ``import numba`` if missing)."""
+    if precision == "float64":
+        return source
+    if precision != "float32":
+        raise ValueError(f"precision must be float64 or float32, got {precision!r}")
+    lines = source.splitlines(keepends=True)
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    consts: dict[str, str] = {}  # value expression -> constant name, in order of first use
+
+    def const(value: str) -> str:
+        return consts.setdefault(value, f"_F{len(consts)}")
+
+    edits: list[tuple[tuple[int, int], tuple[int, int], str]] = []  # (start, end, text), positions as tokenize's
+    for k, tok in enumerate(tokens):
+        row, col = tok.start
+        if row > len(lines) or not lines[row - 1][:1].isspace():  # module level (or the end marker)
+            continue
+        nxt = tokens[k + 1:k + 4]
+        if tok.type == tokenize.NUMBER and _is_float_literal(tok.string):
+            edits.append((tok.start, tok.end, const(repr(float(tok.string)))))
+        elif (tok.type == tokenize.NAME and tok.string in ("math", "numpy") and len(nxt) >= 2
+              and nxt[0].string == "." and nxt[1].type == tokenize.NAME):
+            attr = nxt[1].string
+            if tok.string == "math" and attr in _MATH_CONSTANTS:
+                edits.append((tok.start, nxt[1].end, const(_MATH_CONSTANTS[attr])))
+            elif tok.string == "math" and attr == "sqrt" and len(nxt) == 3 and nxt[2].string == "(":
+                close = tokens[_closing(tokens, k + 3)]
+                edits += [(nxt[2].end, nxt[2].end, "_REAL("), (close.start, close.start, ")")]
+            elif tok.string == "numpy" and attr in _ALLOCATIONS and len(nxt) == 3 and nxt[2].string == "(":
+                n = _closing(tokens, k + 3)
+                if not any(t.type == tokenize.NAME and t.string == "dtype" for t in tokens[k + 3:n]):
+                    edits.append((tokens[n].start, tokens[n].start, ", _REAL"))
+    for (r0, c0), (r1, c1), text in sorted(edits, reverse=True):
+        assert r0 == r1, "a rewritten token spans lines"
+        line = lines[r0 - 1]
+        lines[r0 - 1] = line[:c0] + text + line[c1:]
+    block = ["# float32: literals are numpy.float32 constants, scratch arrays _REAL (typed-literal pass,\n",
+             "# transformer_limits.symbolic.codegen.typed_python_source); sums accumulate in float32.\n",
+             "_REAL = numpy.float32\n"]
+    block += [f"{name} = numpy.float32({value})\n" for value, name in consts.items()]
+    at = next((n for n, line in enumerate(lines) if line.strip() == "import numpy"), None)
+    if at is None:
+        at = next(n for n, line in enumerate(lines) if line.strip() == "import numba")
+        block.insert(0, "import numpy\n")
+    out = "".join(lines[:at + 1] + block + lines[at + 1:])
+    leftover = re.findall(r"^\s.*\bmath\.(inf|pi|nan|tau)\b", out, flags=re.M)
+    assert not leftover, f"float64 constants left in a float32 source: {leftover}"
+    return out
+
+
 # --------------------------------------------------------------------------- cache keys
-def source_key(fingerprints: Sequence[str], printer: str, template: str) -> str:
-    """Hash of (expressions, printer, template text, versions): names the cached source file."""
+def source_key(fingerprints: Sequence[str], printer: str, template: str, precision: str = "float64") -> str:
+    """Hash of (expressions, printer, template text, versions, and the precision unless float64): names
+    the cached source file (float64 keys hash what they always hashed)."""
     h = hashlib.sha256()
-    for part in (*fingerprints, printer, template, versions_tag()):
+    extra = () if precision == "float64" else (f"precision={precision}",)
+    for part in (*fingerprints, printer, template, versions_tag(), *extra):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]

@@ -36,7 +36,7 @@ from transformer_limits import kernel_cache
 from transformer_limits.numeric.flavours import PYTHON_CUDA, PYTHON_NUMBA, PYTHON_NUMPY, flavour_named
 from transformer_limits.numeric.elementwise import ElementwiseKernel
 from transformer_limits.numeric.kernel_family import ELEMENTWISE_ACTIVATION, load_source
-from transformer_limits.symbolic.codegen import code_block, indent, source_key
+from transformer_limits.symbolic.codegen import code_block, indent, source_key, typed_python_source
 from transformer_limits.symbolic.mlp_kernel import activation as activation_law
 from transformer_limits.symbolic.mlp_kernel import x_sym
 
@@ -89,18 +89,24 @@ def elementwise_source(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbo
 
 
 def _keyed_source(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbol], flavour: str,
-                  stem: str) -> tuple[str, str]:
+                  stem: str, precision: str = "float64") -> tuple[str, str]:
+    flav = flavour_named(flavour)
+    flav.check_source_precision(precision)
     source = elementwise_source(outputs, inputs, flavour)
-    key = source_key([sp.srepr(tuple(outputs.items()))], flavour_named(flavour).printer, source)
-    return f"{stem}_{key}{flavour_named(flavour).suffix}", source
+    if flav.typed_sources:  # float32: the typed-literal pass (float64: the source itself)
+        source = typed_python_source(source, precision)
+    key = source_key([sp.srepr(tuple(outputs.items()))], flav.printer, source, precision)
+    return f"{stem}{flav.source_tag(precision)}_{key}{flav.suffix}", source
 
 
-def activation_kernel_source(activation: str, flavour: str) -> tuple[str, str]:
+def activation_kernel_source(activation: str, flavour: str, precision: str = "float64") -> tuple[str, str]:
     """(file name, source) of ``kernel(IN_x, OUT_phi, OUT_dphi)``: phi and phi' of the named activation
-    (:func:`transformer_limits.symbolic.mlp_kernel.activation`; ReLU's phi' = Heaviside with H(0) = 1/2)."""
+    (:func:`transformer_limits.symbolic.mlp_kernel.activation`; ReLU's phi' = Heaviside with H(0) = 1/2),
+    in ``precision`` (float32 for python-numba only)."""
     act = activation_law(activation)
     outputs = {"phi": act.expr, "dphi": act.derivative}
-    return _keyed_source(outputs, [x_sym], flavour, f"elementwise_{activation}_{flavour.replace('-', '_')}")
+    return _keyed_source(outputs, [x_sym], flavour, f"elementwise_{activation}_{flavour.replace('-', '_')}",
+                         precision)
 
 
 def elementwise_kernel(outputs: Mapping[str, sp.Expr], inputs: Sequence[sp.Symbol],

@@ -39,7 +39,7 @@ import sympy as sp
 
 from transformer_limits.numeric.flavours import CUDA_C, PYTHON_CUDA, PYTHON_NUMBA, PYTHON_NUMPY, flavour_named
 from transformer_limits.numeric.kernel_family import MLP_FIELD
-from transformer_limits.symbolic.codegen import code_block, indent, source_key
+from transformer_limits.symbolic.codegen import code_block, indent, source_key, typed_python_source
 from transformer_limits.symbolic.mlp_kernel import (
     ACTIVATIONS,
     activation,
@@ -218,17 +218,23 @@ _EMITTERS = {PYTHON_NUMPY.name: _source_numpy, PYTHON_NUMBA.name: _source_numba,
              PYTHON_CUDA.name: _source_cuda, CUDA_C.name: _source_c}
 
 
-def mlp_field_kernel_source(activation: str, flavour: str) -> tuple[str, str]:
-    """(file name, source) of the MLP-field kernels for one activation and flavour."""
+def mlp_field_kernel_source(activation: str, flavour: str, precision: str = "float64") -> tuple[str, str]:
+    """(file name, source) of the MLP-field kernels for one activation and flavour; ``precision`` float32
+    only for a flavour with typed sources (python-numba: the typed-literal pass of
+    :func:`~transformer_limits.symbolic.codegen.typed_python_source`, BLAS GEMMs in float32)."""
     activation_name = activation
     if activation_name not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}; got {activation_name!r}")
     if flavour not in FLAVOURS:
         raise ValueError(f"unknown kernel flavour {flavour!r} (known: {', '.join(FLAVOURS)})")
+    flav = flavour_named(flavour)
+    flav.check_source_precision(precision)
     blocks = _blocks(activation_name)  # once: the SymPy work of a cache miss
     body = _EMITTERS[flavour](activation_name, *blocks)
-    comment = flavour_named(flavour).comment
-    source = "\n".join(_header(activation_name, flavour, comment)) + "\n" + body
+    if flav.typed_sources:
+        body = typed_python_source(body, precision)
+    source = "\n".join(_header(activation_name, flavour, flav.comment)) + "\n" + body
     fingerprints = [b.fingerprint() for b in blocks if b is not None]
-    key = source_key(fingerprints, flavour_named(flavour).printer, body)
-    return f"mlp_field_{activation_name}_{flavour.replace('-', '_')}_{key}{flavour_named(flavour).suffix}", source
+    key = source_key(fingerprints, flav.printer, body, precision)
+    return (f"mlp_field_{activation_name}_{flavour.replace('-', '_')}{flav.source_tag(precision)}_{key}"
+            f"{flav.suffix}", source)

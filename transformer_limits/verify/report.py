@@ -376,15 +376,14 @@ def report_entries(out_dir: Path) -> list[str]:
 def _write_derivation_pages(stage: Path, names: Sequence[str]) -> None:
     """The derivations an experiment rests on, as Markdown and as HTML with MathML formulas next to
     the report (links stay local; the kernel sources are not copied, so neither page lists them)."""
-    from transformer_limits.symbolic.derivation_docs import derivation_html
-    from transformer_limits.symbolic.derivation import derivation
+    from transformer_limits.symbolic.derivation_cache import derivation_pages
 
     for name in names:
         page = stage / "derivations" / f"{name}.md"
         page.parent.mkdir(exist_ok=True)
-        text = derivation(name).to_markdown().split("## Generated kernels")[0].rstrip() + "\n"
-        page.write_text(text, encoding="utf-8")
-        page.with_suffix(".html").write_text(derivation_html(derivation(name), kernels=False), encoding="utf-8")
+        markdown, html = derivation_pages(name)  # cached on disk: no SymPy on a warm run
+        page.write_text(markdown, encoding="utf-8")
+        page.with_suffix(".html").write_text(html, encoding="utf-8")
 
 
 def summary_counts(summary: dict) -> str:

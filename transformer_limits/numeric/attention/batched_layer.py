@@ -83,19 +83,36 @@ class HostLayer:
         """stack[index] = host (B N, d)."""
         stack[index] = host
 
+    # the runtime's arrays are C-contiguous in the layer's dtype, and so are their row and head slices:
+    # the layer's *_checked entry points skip its argument checks
     def field(self, X, theta: Theta, c, PB: int, base, out, cache: Any) -> None:
+        if self.B == 1:  # one problem: its rows and heads are the whole arrays (no views to make)
+            F, cache[0] = self.layer.field_checked(X, *theta, c)
+            out[...] = F if base is None else base + F
+            return
         for b in range(self.B):
             rows, (Q, K, V, O), cb = self._views(b, PB, theta, c)
-            F, cache[b] = self.layer.field(X[rows], Q, K, V, O, cb)
+            F, cache[b] = self.layer.field_checked(X[rows], Q, K, V, O, cb)
             out[rows] = F if base is None else base[rows] + F
 
     def vjp(self, X, theta: Theta, c, PB: int, cache: Any, PC, base, out, grads, *, lions: bool = True) -> None:
+        """``grads`` None: xbar alone (the layer skips its parameter gradients)."""
+        if self.B == 1:  # one problem: its rows and heads are the whole arrays
+            xbar, *dtheta = self.layer.vjp_checked(X, *theta, c, cache[0], PC, lions=lions,
+                                                   param_grads=grads is not None)
+            out[...] = xbar if base is None else base + xbar
+            if grads is not None:
+                for g, dg in zip(grads, dtheta):
+                    g[...] = dg
+            return
         for b in range(self.B):
             rows, (Q, K, V, O), cb = self._views(b, PB, theta, c)
-            xbar, *dtheta = self.layer.vjp(X[rows], Q, K, V, O, cb, cache[b], PC[rows], lions=lions)
+            xbar, *dtheta = self.layer.vjp_checked(X[rows], Q, K, V, O, cb, cache[b], PC[rows], lions=lions,
+                                                   param_grads=grads is not None)
             out[rows] = xbar if base is None else base[rows] + xbar
-            for g, dg in zip(grads, dtheta):
-                g[b * self.H:(b + 1) * self.H] = dg
+            if grads is not None:
+                for g, dg in zip(grads, dtheta):
+                    g[b * self.H:(b + 1) * self.H] = dg
 
     def layer_caches(self, caches: HostCaches) -> Sequence[LayerCache]:
         """Problem 0's cache of every layer (the single-problem ``ForwardPass.caches``)."""
@@ -157,10 +174,10 @@ class DeviceLayer:
         self.layer.device_field(X, Q, K, V, O, c, self.B, self.H, self.N, PB, self._base(base), out, cache, self.OH)
 
     def vjp(self, X, theta: Theta, c, PB: int, cache: Any, PC, base, out, grads, *, lions: bool = True) -> None:
+        """``grads`` None: xbar alone (no parameter-gradient launch)."""
         Q, K, V, O = theta
-        dQ, dK, dV, dO = grads
         self.layer.device_vjp(X, Q, K, V, O, c, self.B, self.H, self.N, PB, cache, PC, self._base(base), out,
-                              (dQ, dK, dV, dO), lions=lions)
+                              None if grads is None else tuple(grads), lions=lions)
 
     def layer_caches(self, caches: DeviceCache) -> Sequence[LayerCache]:
         return LazyLayerCaches(self.rt, caches, int(caches.A.shape[0]))

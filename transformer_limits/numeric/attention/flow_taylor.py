@@ -157,9 +157,16 @@ def _heads_sum(heads: FrozenHeads, per_head: Callable[[int], np.ndarray]) -> np.
 def mv_field(X: Any, law_or_params: Any, *, backend: str = "numpy", **frozen: Any) -> np.ndarray:
     """F_i(X) = sum_a w_a O_a A_a(X^i, mu^N), shape (N, d)."""
     heads = frozen_heads(law_or_params, **frozen)
-    X = _state(X, heads)
+    return _bound_field(heads, backend)(_state(X, heads))
+
+
+def _bound_field(heads: FrozenHeads, backend: str) -> Callable[[np.ndarray], np.ndarray]:
+    """X -> F(X) for frozen heads, each head's (Q, K, V) checked and put once
+    (:meth:`~transformer_limits.numeric.attention.kernels.AttentionKernels.self_attention`): the
+    reference flow evaluates the field 4 x steps times."""
     kern = attention_kernels(*heads.shapes, backend)
-    return _heads_sum(heads, lambda a: kern.attention(X, X, heads.Q[a], heads.K[a], heads.V[a]))
+    bound = [kern.self_attention(heads.Q[a], heads.K[a], heads.V[a]) for a in range(len(heads.weights))]
+    return lambda X: _heads_sum(heads, lambda a: bound[a](X))
 
 
 def first_variation(X: Any, law_or_params: Any, v: Any, *, lions: bool = True, backend: str = "numpy",
@@ -243,9 +250,7 @@ def reference_flow(X: Any, law_or_params: Any, h: float, *, steps: int = 32, bac
     heads = frozen_heads(law_or_params, t=t, temperature=temperature)
     Y = _state(X, heads).copy()
     dt = float(h) / steps
-
-    def f(Z):
-        return mv_field(Z, heads, backend=backend)
+    f = _bound_field(heads, backend)
 
     for _ in range(steps):
         k1 = f(Y)

@@ -8,6 +8,12 @@ w_j = 1/M) and one head (Q, K in R^{d_k x d}, V in R^{d_v x d}), docs/theory.md 
     d_mu A(x_i, mu)(Y_j)    (N, M, d_v, d)  Lions derivative at every atom
     dA/dmu(x_i, mu)(Y_j)    (N, M, d_v)     flat derivative at every atom
 
+``precision`` (``float64`` default, or ``float32``) is the dtype the kernels compute and return in:
+``numpy`` computes in the dtype of its arrays, ``numba`` runs its float32 source (every literal and
+scratch row float32, softmax sums accumulated in float32 as the CUDA C float32 compile does), ``cupy``
+the float32 compile of its CUDA C; ``numba-cuda`` is float64 only (ValueError naming precision).
+Inputs are checked in float64 (finite, magnitudes) and then cast.
+
 Kernels are generated from the SymPy derivations once per (d, d_k, d_v, flavour), stored in the
 kernel cache and imported from there (kernel family
 :data:`transformer_limits.numeric.kernel_family.ATTENTION`); a warm process never imports SymPy.  :mod:`transformer_limits.numeric.attention.reference` is an independent NumPy
@@ -17,12 +23,13 @@ kernel cache and imported from there (kernel family
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from transformer_limits.numeric.attention.reference import check_magnitudes
 from transformer_limits.numeric.flavours import PYTHON_NUMPY
+from transformer_limits.numeric.precision import DTYPES, resolve_precision
 from transformer_limits.numeric.runtime import Runtime
 from transformer_limits.numeric.kernel_family import ATTENTION, load_source
 from transformer_limits.resource_limits import check_kernel_dimensions, check_memory
@@ -47,13 +54,15 @@ class AttentionKernels:
     (3, 2)
     """
 
-    def __init__(self, d: int, d_k: int, d_v: int, backend: str = "numpy"):
+    def __init__(self, d: int, d_k: int, d_v: int, backend: str = "numpy", precision: str = "float64"):
         # stated cap before any code is generated (generated kernels are unrolled in d, d_k, d_v)
         check_kernel_dimensions(d=d, d_k=d_k, d_v=d_v)
         self.flavour = ATTENTION.resolve(backend).flavour
+        resolve_precision(precision, backend)  # ValueError naming precision (numba-cuda: float64 only)
         self.d, self.d_k, self.d_v, self.backend = int(d), int(d_k), int(d_v), backend
-        self.source_path = ATTENTION.source_path(self.flavour, d=self.d, d_k=self.d_k, d_v=self.d_v)
-        self._module = load_source(self.source_path, self.flavour)
+        self.precision, self.dtype = precision, DTYPES[precision]
+        self.source_path = ATTENTION.source_path(self.flavour, precision, d=self.d, d_k=self.d_k, d_v=self.d_v)
+        self._module = load_source(self.source_path, self.flavour, precision)
 
     # ------------------------------------------------------------------ input checking
     def _inputs(self, X, Y, Q, K, V, w, derivatives: bool = False):
@@ -86,7 +95,7 @@ class AttentionKernels:
             per_pair = self.d_v * (self.d if kind == "lions" else 1)
             # NumPy flavour: broadcast temporaries of the output's size (x3); other backends: the output
             shape = (N, M, self.d_v, self.d)[:4 if kind == "lions" else 3]
-            check_memory((3 if self.flavour is PYTHON_NUMPY else 1) * 8 * N * M * per_pair,
+            check_memory((3 if self.flavour is PYTHON_NUMPY else 1) * self.dtype.itemsize * N * M * per_pair,
                          f"X, Y with {N} x {M} rows ({kind} derivative of shape {shape})")
         return self._launch(kind, X, Y, Q, K, V, w)
 
@@ -95,7 +104,7 @@ class AttentionKernels:
         place): inputs to the backend's runtime (on the host a cast), outputs allocated there, the key
         features (one thread per atom), the forward pass (one per query), then the requested derivative
         (one per query, or per (query, atom) pair for Lions and flat), the results back as host arrays."""
-        rt, m = Runtime(self.backend), self._module
+        rt, m = Runtime(self.backend, self.precision), self._module  # put casts the inputs to the precision
         N, M = X.shape[0], Y.shape[0]
         dX, dY, dw, dQ, dK, dV = (rt.put(a) for a in (X, Y, w, Q, K, V))
         KF, VF, UF = rt.empty((M, self.d_k)), rt.empty((M, self.d_v)), rt.empty((M, self.d))
@@ -134,11 +143,59 @@ class AttentionKernels:
         """dA/dmu(x_i, mu)(y_j) = pi_mu(x_i, y_j)(V y_j - A_i), shape (N, M, d_v)."""
         return self._run("flat", X, Y, Q, K, V, weights)
 
+    def self_attention(self, Q, K, V) -> Callable[[np.ndarray], np.ndarray]:
+        """X -> A(x_i, mu_X) (N, d_v) for fixed (Q, K, V) and uniform weights, for loops that evaluate
+        the same head many times on small inputs: (Q, K, V) are checked and put on the runtime once.
+        The same kernels on the same arrays as :meth:`attention` ``(X, X, Q, K, V)``, so the same
+        numbers bit for bit, with the per-call checks and copies reduced (a ``BoundSelfAttention``)."""
+        return BoundSelfAttention(self, Q, K, V)
+
+
+class BoundSelfAttention:
+    """``A = bound(X)``: :meth:`AttentionKernels.attention` ``(X, X, Q, K, V)`` for fixed Q, K, V.
+
+    Per call only X is checked (finite, shape (N, d), float64) and put on the runtime.  The overflow
+    contract of :func:`~transformer_limits.numeric.attention.reference.check_magnitudes` is kept
+    exactly but evaluated once per new magnitude: with Y = X and uniform weights every forward bound
+    (features, logits, values) is non-decreasing in log10 max|X|, so an X whose max |entry| is at most
+    that of an X already accepted with the same N is accepted without recomputing the bounds."""
+
+    def __init__(self, kernels: AttentionKernels, Q, K, V):
+        d, d_k, d_v = kernels.d, kernels.d_k, kernels.d_v
+        Q, K, V = _as_f64("Q", Q, 2), _as_f64("K", K, 2), _as_f64("V", V, 2)
+        for name, arr, shape in (("Q", Q, (d_k, d)), ("K", K, (d_k, d)), ("V", V, (d_v, d))):
+            if arr.shape != shape:
+                raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
+        self.kernels, self.Q, self.K, self.V = kernels, Q, K, V
+        self._rt = Runtime(kernels.backend, kernels.precision)
+        self._QKV = tuple(self._rt.put(a) for a in (Q, K, V))
+        self._accepted: dict[int, float] = {}  # N -> largest max|X| accepted so far
+
+    def __call__(self, X) -> np.ndarray:
+        k, rt, m = self.kernels, self._rt, self.kernels._module
+        X = _as_f64("X", X, 2)
+        N = X.shape[0]
+        if X.shape[1] != k.d or N == 0:
+            raise ValueError(f"X must have shape (N >= 1, {k.d}), got {X.shape}")
+        size = float(np.max(np.abs(X)))
+        if not size <= self._accepted.get(N, -1.0):
+            check_magnitudes(X, X, self.Q, self.K, self.V, np.full(N, 1.0 / N))
+            self._accepted[N] = size
+        dX = rt.put(X)
+        dw = rt.put(np.full(N, 1.0 / N))
+        dQ, dK, dV = self._QKV
+        KF, VF, UF = rt.empty((N, k.d_k)), rt.empty((N, k.d_v)), rt.empty((N, k.d))
+        rt.call(m, "key_features", N, dX, dQ, dK, dV, KF, VF, UF, sizes=(N,))
+        A, logz = rt.empty((N, k.d_v)), rt.empty((N,))
+        rt.call(m, "forward", N, dX, dw, dQ, dK, dV, KF, VF, A, logz, sizes=(N, N))
+        return rt.get(A)
+
 
 @lru_cache(maxsize=64)
-def attention_kernels(d: int, d_k: int, d_v: int, backend: str = "numpy") -> AttentionKernels:
-    """Cached :class:`AttentionKernels` for (d, d_k, d_v, backend)."""
-    return AttentionKernels(d, d_k, d_v, backend)
+def attention_kernels(d: int, d_k: int, d_v: int, backend: str = "numpy",
+                      precision: str = "float64") -> AttentionKernels:
+    """Cached :class:`AttentionKernels` for (d, d_k, d_v, backend, precision)."""
+    return AttentionKernels(d, d_k, d_v, backend, precision)
 
 
 def multi_head_field(X, Y, Qs, Ks, Vs, Os, weights=None, backend: str = "numpy") -> np.ndarray:

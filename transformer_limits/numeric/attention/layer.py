@@ -38,7 +38,8 @@ brackets):
            transformer.
 
 ``precision`` (``float64`` default, or ``float32``): numpy and blas compute in arrays of that dtype; cupy
-runs the float32 compile of the same CUDA C source; numba and the python-cuda backends are float64 only.
+runs the float32 compile of the same CUDA C source; numba runs its float32 kernel sources (scratch
+partials in float32 too); the python-cuda backends are float64 only.
 
 ``lions=False`` in :meth:`AttentionLayer.vjp` drops the Lions (interaction) term; it exists to show that
 the gradient Taylor test then fails (a deliberately wrong model).
@@ -46,10 +47,11 @@ the gradient Taylor test then fails (a deliberately wrong model).
 
 from __future__ import annotations
 
+import importlib
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import numba
 import numpy as np
@@ -70,6 +72,21 @@ LAYER_FLAVOURS = (PYTHON_NUMPY, NUMPY_BLAS, *LAYER_ADJOINT.flavours.values())
 LAYER_BACKENDS = tuple(name for name, b in REGISTRY.items() if b.flavour in LAYER_FLAVOURS)
 
 
+def _c_einsum() -> Callable[..., Any]:
+    """NumPy's C einsum, which np.einsum (no ``optimize``) hands its operands to: at a few tokens the
+    Python wrapper is a sixth of each call, and the numpy / blas layer makes nine per field + VJP."""
+    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):  # NumPy 2.x, 1.x
+        try:
+            fn = getattr(importlib.import_module(name), "c_einsum", None)
+        except ImportError:
+            continue
+        if fn is not None:
+            return fn
+    return np.einsum  # pragma: no cover - the same numbers, through the wrapper
+
+
+_einsum = _c_einsum()
+
 #: row tasks of the numba kernels at least (see :func:`_tasks`)
 MIN_TASKS = 16
 
@@ -87,12 +104,14 @@ def _tasks(N: int) -> int:
 _SCRATCH = threading.local()
 
 
-def _partials(T: int, H: int, d_k: int, d_v: int, N: int) -> tuple[np.ndarray, np.ndarray]:
-    """KBP (T, H, d_k, N), VBP (T, H, d_v, N) scratch for the numba adjoint (contents undefined: the
-    kernel's tasks zero their own slices); one pair per thread, replaced when the shape changes."""
-    key = (T, H, d_k, d_v, N)
+def _partials(T: int, H: int, d_k: int, d_v: int, N: int,
+              dtype: np.dtype = np.dtype(np.float64)) -> tuple[np.ndarray, np.ndarray]:
+    """KBP (T, H, d_k, N), VBP (T, H, d_v, N) scratch for the numba adjoint in ``dtype`` (the layer's: a
+    float64 scratch would promote the float32 kernel's partial sums); contents undefined (the kernel's
+    tasks zero their own slices); one pair per thread, replaced when the shape or dtype changes."""
+    key = (T, H, d_k, d_v, N, np.dtype(dtype))
     if getattr(_SCRATCH, "key", None) != key:
-        _SCRATCH.key, _SCRATCH.arrays = key, (np.empty((T, H, d_k, N)), np.empty((T, H, d_v, N)))
+        _SCRATCH.key, _SCRATCH.arrays = key, (np.empty((T, H, d_k, N), dtype), np.empty((T, H, d_v, N), dtype))
     return _SCRATCH.arrays
 
 
@@ -156,6 +175,7 @@ class AttentionLayer:
         self.causal, self.beta, self.backend = bool(causal), 1.0 / float(temperature), backend
         self.precision, self.dtype = precision, DTYPES[precision]
         self._module: Any = None
+        self._masks: dict[int, np.ndarray] = {}  # causal masks by N (numpy / blas field)
         #: arrays and kernel calls of the generated flavours; None on numpy and blas (no generated kernels)
         self.runtime: Runtime | None = None
         if LAYER_ADJOINT.has(self.flavour):
@@ -163,6 +183,15 @@ class AttentionLayer:
             self.runtime = Runtime(backend, precision)
         # GPU flavours: device arrays and launches (the batched device_field / device_vjp)
         self.dev: Runtime | None = self.runtime if self.flavour.on_device else None
+
+    def _visible(self, N: int) -> np.ndarray:
+        """The causal mask j <= i, (N, N) bool, built once per N (read only)."""
+        mask = self._masks.get(N)
+        if mask is None:
+            mask = np.tril(np.ones((N, N), dtype=bool))
+            mask.setflags(write=False)
+            self._masks[N] = mask
+        return mask
 
     # ------------------------------------------------------------------ checks
     def _check(self, X, Qs, Ks, Vs, Os, c):
@@ -184,21 +213,28 @@ class AttentionLayer:
     # ------------------------------------------------------------------ field
     def field(self, X, Qs, Ks, Vs, Os, c) -> tuple[np.ndarray, LayerCache]:
         """F (N, d) and the cache for :meth:`vjp`."""
-        X, Qs, Ks, Vs, Os, c = self._check(X, Qs, Ks, Vs, Os, c)
+        return self.field_checked(*self._check(X, Qs, Ks, Vs, Os, c))
+
+    def field_checked(self, X, Qs, Ks, Vs, Os, c) -> tuple[np.ndarray, LayerCache]:
+        """:meth:`field` on arguments that already passed ``_check`` (C-contiguous arrays of the
+        layer's dtype and shapes): the simulators' host loops call it once per layer and problem (their
+        arrays come from the runtime, so the checks would only repeat themselves)."""
         if self.dev is not None:
             return self._field_gpu(X, Qs, Ks, Vs, Os, c)
         if self.runtime is not None:  # the generated host kernels (numba): their own kernel set, see _field_host
             return self._field_host(X, Qs, Ks, Vs, Os, c)
-        QF = np.einsum("hkd,nd->hnk", Qs, X)
-        KF = np.einsum("hkd,nd->hnk", Ks, X)
-        VF = np.einsum("hkd,nd->hnk", Vs, X)
-        logits = self.beta * (QF @ KF.transpose(0, 2, 1))
+        QF = _einsum("hkd,nd->hnk", Qs, X)
+        KF = _einsum("hkd,nd->hnk", Ks, X)
+        VF = _einsum("hkd,nd->hnk", Vs, X)
+        logits = QF @ KF.transpose(0, 2, 1)
+        if self.beta != 1.0:  # x * 1.0 == x exactly: the product is skipped, not the temperature
+            logits = self.beta * logits
         if self.causal:
-            logits = np.where(np.tril(np.ones((X.shape[0],) * 2, dtype=bool)), logits, -np.inf)
+            logits = np.where(self._visible(X.shape[0]), logits, -np.inf)
         E = np.exp(logits - logits.max(axis=2, keepdims=True))
         P = E / E.sum(axis=2, keepdims=True)
         A = P @ VF
-        F = np.einsum("h,hac,hnc->na", c, Os, A)
+        F = _einsum("h,hac,hnc->na", c, Os, A)
         return F, LayerCache(A=A, QF=QF, KF=KF, VF=VF, P=P)
 
     def _field_host(self, X, Qs, Ks, Vs, Os, c):
@@ -214,24 +250,33 @@ class AttentionLayer:
         return F, LayerCache(A=A, QF=QF, KF=KT, VF=VT, LOGZ=LOGZ)
 
     # ------------------------------------------------------------------ vjp
-    def vjp(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, *, lions: bool = True):
-        """(xbar (N, d), dQs, dKs, dVs, dOs) for the cotangent PC (N, d) of F."""
+    def vjp(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, *, lions: bool = True, param_grads: bool = True):
+        """(xbar (N, d), dQs, dKs, dVs, dOs) for the cotangent PC (N, d) of F; ``param_grads=False``
+        returns (xbar, None, None, None, None), xbar bit for bit the same (the sup-over-inputs ascent
+        needs the input gradient alone)."""
         X, Qs, Ks, Vs, Os, c = self._check(X, Qs, Ks, Vs, Os, c)
         PC = np.ascontiguousarray(PC, dtype=self.dtype)
         if PC.shape != X.shape:
             raise ValueError(f"cotangent PC must have shape {X.shape}, got {PC.shape}")
+        return self.vjp_checked(X, Qs, Ks, Vs, Os, c, cache, PC, lions=lions, param_grads=param_grads)
+
+    def vjp_checked(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, *, lions: bool = True,
+                    param_grads: bool = True):
+        """:meth:`vjp` on arguments that already passed the checks (see :meth:`field_checked`)."""
         if self.dev is not None:  # the whole VJP (parameter gradients too) on the device
-            return self._vjp_gpu(X, Qs, Ks, Vs, Os, c, cache, PC, lions)
+            return self._vjp_gpu(X, Qs, Ks, Vs, Os, c, cache, PC, lions, param_grads)
         if self.runtime is not None:  # the generated host kernels (numba)
             QBAR, KBAR, VBAR, xbar = self._bars_host(Qs, Ks, Vs, Os, c, cache, PC, lions)
         else:
             QBAR, KBAR, VBAR = self._bars_blas(Os, c, cache, PC)
             if self.flavour is NUMPY_BLAS:
-                xbar = np.einsum("hnk,hkd->nd", QBAR, Qs)
+                xbar = _einsum("hnk,hkd->nd", QBAR, Qs)
                 if lions:
-                    xbar += np.einsum("hnk,hkd->nd", KBAR, Ks) + np.einsum("hnk,hkd->nd", VBAR, Vs)
+                    xbar += _einsum("hnk,hkd->nd", KBAR, Ks) + _einsum("hnk,hkd->nd", VBAR, Vs)
             else:
                 xbar = self._xbar_theory(X, Qs, Ks, Vs, Os, c, PC, lions)
+        if not param_grads:
+            return xbar, None, None, None, None
         dQ, dK, dV = (np.matmul(B.transpose(0, 2, 1), X) for B in (QBAR, KBAR, VBAR))  # sum_i bar^i x^iT
         dO = c[:, None, None] * np.matmul(PC.T, cache.A)
         return xbar, dQ, dK, dV, dO
@@ -239,11 +284,13 @@ class AttentionLayer:
     def _bars_blas(self, Os, c, cache: LayerCache, PC):
         P = cache.P
         assert P is not None  # the numpy/blas forward pass keeps the softmax matrices
-        G = c[:, None, None] * np.einsum("na,hac->hnc", PC, Os)
-        gA = np.einsum("hnc,hnc->hn", G, cache.A)
+        G = c[:, None, None] * _einsum("na,hac->hnc", PC, Os)
+        gA = _einsum("hnc,hnc->hn", G, cache.A)
         S = P * (G @ cache.VF.transpose(0, 2, 1) - gA[:, :, None])
-        QBAR = self.beta * (S @ cache.KF)
-        KBAR = self.beta * (S.transpose(0, 2, 1) @ cache.QF)
+        QBAR = S @ cache.KF
+        KBAR = S.transpose(0, 2, 1) @ cache.QF
+        if self.beta != 1.0:  # as in the field: x * 1.0 == x exactly
+            QBAR, KBAR = self.beta * QBAR, self.beta * KBAR
         VBAR = P.transpose(0, 2, 1) @ G
         return QBAR, KBAR, VBAR
 
@@ -256,7 +303,7 @@ class AttentionLayer:
         H, N = Qs.shape[0], PC.shape[0]
         T = _tasks(N)  # each row task keeps its own kbar/vbar partials
         QBAR, XJ = rt.empty((H, N, self.d_k)), rt.empty((N, self.d))
-        KBP, VBP = _partials(T, H, self.d_k, self.d_v, N)
+        KBP, VBP = _partials(T, H, self.d_k, self.d_v, N, self.dtype)
         rt.call(m, "adjoint", N, PC, Qs, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ, self.beta,
                 self.causal, QBAR, KBP, VBP, XJ)
         KBT, VBT, xbar = rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d))
@@ -277,10 +324,11 @@ class AttentionLayer:
         dev.call(m, "head_sum", B * N, OH, base, B, H, N, out)  # sum_h in order, then + base
 
     def device_vjp(self, X, Qs, Ks, Vs, Os, c, B: int, H: int, N: int, PB: int, cache: Any, PC, base,
-                   out, grads: tuple[Any, Any, Any, Any], *, lions: bool = True) -> None:
+                   out, grads: tuple[Any, Any, Any, Any] | None, *, lions: bool = True) -> None:
         """Batched VJP on device arrays: out = base + xbar (B N, d; base = PC in the adjoint recursion,
         0 for xbar alone) and the per-problem parameter gradients ``grads`` = (dQ, dK, dV, dO), each
-        (B H, ...), for the cotangent PC (B N, d); ``cache`` is the forward pass's ``DeviceCache``."""
+        (B H, ...), for the cotangent PC (B N, d) (``grads`` None: xbar alone); ``cache`` is the
+        forward pass's ``DeviceCache``."""
         assert self.dev is not None, "device_vjp needs a GPU backend"
         m, dev, beta, causal = self._module, self.dev, self.beta, self.causal
         QBAR, KBAR = dev.empty((B * H, N, self.d_k)), dev.empty((B * H, N, self.d_k))
@@ -291,6 +339,8 @@ class AttentionLayer:
         dev.call(m, "adjoint_keys", B * H * N, Ks, Vs, cache.QF, cache.KT, cache.VT, cache.LOGZ, G, GA, beta,
                    causal, bool(lions), B, H, N, PB, KBAR, VBAR, XH)
         dev.call(m, "head_sum", B * N, XH, base, B, H, N, out)  # p_r = p_{r+1} + sum_h (Jacobian + Lions)
+        if grads is None:
+            return
         R = 2 * self.d_k + self.d_v + self.d
         dev.call(m, "param_grads", B * H * R, X, PC, c, cache.A, QBAR, KBAR, VBAR, B, H, N, *grads)
 
@@ -304,15 +354,18 @@ class AttentionLayer:
         return dev.get(F), LayerCache(A=dev.get(cache.A), QF=dev.get(cache.QF), KF=dev.get(cache.KT),
                                       VF=dev.get(cache.VT), LOGZ=dev.get(cache.LOGZ))
 
-    def _vjp_gpu(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, lions):
+    def _vjp_gpu(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, lions, param_grads=True):
         dev, (H, N) = self.dev, (Qs.shape[0], X.shape[0])
         assert dev is not None
         dcache = DeviceCache(*(dev.put(a) for a in (cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ)))
         dX, dQ, dK, dV, dO, dc = (dev.put(a) for a in (X, Qs, Ks, Vs, Os, c))
-        grads = (dev.empty(Qs.shape), dev.empty(Ks.shape), dev.empty(Vs.shape), dev.empty(Os.shape))
+        grads = ((dev.empty(Qs.shape), dev.empty(Ks.shape), dev.empty(Vs.shape), dev.empty(Os.shape))
+                 if param_grads else None)
         out = dev.empty((N, self.d))
         self.device_vjp(dX, dQ, dK, dV, dO, dc, 1, H, N, 1, dcache, dev.put(PC), dev.zeros((N, self.d)), out, grads,
                         lions=lions)  # base 0: xbar alone
+        if grads is None:
+            return dev.get(out), None, None, None, None
         return (dev.get(out), *(dev.get(g) for g in grads))
 
     def _xbar_theory(self, X, Qs, Ks, Vs, Os, c, PC, lions):

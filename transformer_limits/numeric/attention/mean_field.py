@@ -58,10 +58,10 @@ __all__ = ["HeadLaw", "AffineHeadLaw", "MeanFieldLimit", "RK4Result", "quadratur
            "discrete_node_loss_and_grad", "train_adamw", "TrainingHistory"]
 
 
-def _hat(nodes: np.ndarray, t: float) -> np.ndarray:
-    """phi_n(t) for uniform nodes on [0, 1] (piecewise-linear interpolation weights)."""
-    m = nodes.size - 1
-    out = np.zeros(nodes.size)
+def _hat(n_nodes: int, t: float) -> np.ndarray:
+    """phi_n(t) for ``n_nodes`` uniform nodes on [0, 1] (piecewise-linear interpolation weights)."""
+    m = n_nodes - 1
+    out = np.zeros(n_nodes)
     if m == 0:
         out[0] = 1.0
         return out
@@ -107,8 +107,8 @@ class HeadLaw:
     def nodes(self) -> np.ndarray:
         return np.linspace(0.0, 1.0, self.n_nodes)
 
-    def hat(self, t: float) -> np.ndarray:
-        return _hat(self.nodes, t)
+    def hat(self, t: float) -> np.ndarray:  # the node count only: no linspace per call
+        return _hat(self.n_nodes, t)
 
     def at(self, t: float) -> dict[str, np.ndarray]:
         """theta_a(t) for every atom: dict of (A, ...) arrays."""
@@ -244,6 +244,34 @@ def _stage_times(steps: int, backward: bool) -> list[tuple[float, float, float]]
     return [(s * h, s * h + h / 2, s * h + h) for s in range(steps)]
 
 
+#: a law's atoms and hat weights at the RK4 stage times by contents and times (:func:`_stage_stacks`)
+_STAGE_CACHE: dict[tuple, tuple[dict[float, int], dict[str, np.ndarray], np.ndarray]] = {}
+_STAGE_CACHE_SIZE = 32
+
+
+def _stage_stacks(law: HeadLaw, times: list[tuple[float, float, float]]):
+    """(index: stage time -> row, {k: theta_a(t) (T, A, ...)}, phi_n(t) (T, n_nodes)) at the distinct
+    stage times in order of first occurrence.  The ascent integrates the same law at every step, so the
+    stacks are kept by the law's *contents* (an edited law is another key); read only, reused."""
+    key = (tuple(times), law.weights.tobytes(),
+           *((v.shape, v.tobytes()) for v in (law.params[k] for k in PARAM_NAMES)))
+    hit = _STAGE_CACHE.get(key)
+    if hit is not None:
+        return hit
+    index: dict[float, int] = {}
+    for t in itertools.chain.from_iterable(times):
+        index.setdefault(t, len(index))
+    at = [law.at(t) for t in index]
+    stacks = {k: np.stack([th[k] for th in at]) for k in PARAM_NAMES}
+    phis = np.stack([law.hat(t) for t in index])
+    for a in (*stacks.values(), phis):
+        a.setflags(write=False)
+    if len(_STAGE_CACHE) >= _STAGE_CACHE_SIZE:
+        del _STAGE_CACHE[next(iter(_STAGE_CACHE))]  # the oldest entry
+    _STAGE_CACHE[key] = (index, stacks, phis)
+    return index, stacks, phis
+
+
 class _LawOnRuntime:
     """Gamma(t, X) and its VJP for B inputs X (B N, d) under one law, at the RK4 stage times, where the
     layer form ``ops`` runs (host or device): the atoms theta_a(t) at the distinct stage times stacked
@@ -259,15 +287,12 @@ class _LawOnRuntime:
             if law.params[k].shape[2:] != want[k]:
                 raise ValueError(f"law.params[{k!r}] must have shape (n_nodes, A) + {want[k]}, "
                                  f"got {law.params[k].shape}")
-        self.index: dict[float, int] = {}
-        for t in itertools.chain.from_iterable(times):
-            self.index.setdefault(t, len(self.index))
-        at = [law.at(t) for t in self.index]
+        self.index, stacks, phis = _stage_stacks(law, times)
         rt = self.rt = ops.rt
         self.ops, self.N, self.d = ops, ops.N, lay.d
-        self.params = {k: rt.put(np.stack([th[k] for th in at])) for k in PARAM_NAMES}
+        self.params = {k: rt.put(v) for k, v in stacks.items()}
         self.c = rt.put(np.tile(law.weights, ops.B))
-        self.phis = rt.put(np.stack([law.hat(t) for t in self.index])) if with_phi else None
+        self.phis = rt.put(phis) if with_phi else None
         self.cache = ops.caches(1).layer(0)  # the last field call's, for the VJP at the same (t, X)
         self.shapes = [(law.n_atoms,) + want[k] for k in PARAM_NAMES]
 
@@ -285,11 +310,11 @@ class _LawOnRuntime:
         self.ops.field(X, self.theta(t), self.c, 1, None, F, self.cache)
         return F
 
-    def vjp(self, t: float, X: Any, P: Any) -> tuple[Any, tuple[Any, ...]]:
-        """xbar (N, d) and the per-atom gradients (dQ, dK, dV, dO) (A, ...) for the cache of the last
-        :meth:`field` call (same t, same X); B = 1."""
+    def vjp(self, t: float, X: Any, P: Any, with_grads: bool = True) -> tuple[Any, tuple[Any, ...] | None]:
+        """xbar (N, d) and the per-atom gradients (dQ, dK, dV, dO) (A, ...) (None without ``with_grads``)
+        for the cache of the last :meth:`field` call (same t, same X); B = 1."""
         xbar = self.rt.empty((self.N, self.d))
-        grads = tuple(self.rt.empty(shape) for shape in self.shapes)
+        grads = tuple(self.rt.empty(shape) for shape in self.shapes) if with_grads else None
         self.ops.vjp(X, self.theta(t), self.c, 1, self.cache, P, None, xbar, grads)
         return xbar, grads
 
@@ -384,14 +409,16 @@ class MeanFieldLimit:
         fine.error_estimate = float(np.abs(fine.final - coarse.final).max() / 15.0)
         return fine
 
-    def adjoint(self, X1: Any, P1: Any, law: HeadLaw, steps: int):
+    def adjoint(self, X1: Any, P1: Any, law: HeadLaw, steps: int, *, node_grads: bool = True):
         """Integrate (X, P, node gradients) backward from t = 1 by RK4 (X re-integrated backward), once
         for host and device.
 
         Returns (X_0 reconstructed, P_0, node gradients dict (n_nodes, A, ...)), with
         dJ/dtheta_{n,a} = int phi_n(t) (1/N) sum_i d_theta gamma^T w_a P_t^i dt.  In the reversed time
         s = 1 - t the right-hand side at stage time t is (a, b, g) = (-F(t, X), xbar(t, X, P),
-        phi(t) (x) d_theta / N), combined by RK4 like the forward stages.
+        phi(t) (x) d_theta / N), combined by RK4 like the forward stages.  ``node_grads=False`` skips g
+        (the gradient dict is then None; X_0 and P_0 are bit for bit the same): the sup-over-inputs
+        ascent needs P_0 alone.
         """
         self._check_steps(law, steps)
         X1 = self._checked_states(np.asarray(X1, dtype=np.float64)[None], "X1")[0]
@@ -404,12 +431,14 @@ class MeanFieldLimit:
         times = _stage_times(steps, backward=True)
         nu = _LawOnRuntime(ops, law, times, with_phi=True)
         X, P = rt.put(X1), rt.put(P1)
-        grads = [rt.zeros((law.n_nodes,) + law.params[k].shape[1:]) for k in PARAM_NAMES]
+        grads = [rt.zeros((law.n_nodes,) + law.params[k].shape[1:]) for k in PARAM_NAMES] if node_grads else []
         h = 1.0 / steps
 
         def rhs(t: float, Xs: Any, Ps: Any):
             F = nu.field(t, Xs)
-            xbar, dtheta = nu.vjp(t, Xs, Ps)
+            xbar, dtheta = nu.vjp(t, Xs, Ps, node_grads)
+            if dtheta is None:
+                return -F, xbar, ()
             phi = nu.phi(t)
             G = [phi[:, None, None, None] * g[None] / N for g in dtheta]  # (n_nodes, A, r, s): phi_n d_theta_a / N
             return -F, xbar, G
@@ -423,7 +452,7 @@ class MeanFieldLimit:
             P = P + h / 6 * (b1 + 2 * b2 + 2 * b3 + b4)
             for k in range(len(grads)):
                 grads[k] += h / 6 * (g1[k] + 2 * g2[k] + 2 * g3[k] + g4[k])
-        return rt.get(X), rt.get(P), {k: rt.get(g) for k, g in zip(PARAM_NAMES, grads)}
+        return rt.get(X), rt.get(P), ({k: rt.get(g) for k, g in zip(PARAM_NAMES, grads)} if node_grads else None)
 
     def loss_and_grad(self, X0: Any, law: HeadLaw, loss: Any, steps: int):
         """(J, node gradients, P_0 (N-scaled adjoint at t=0), forward RK4Result)."""

@@ -250,8 +250,10 @@ class AttentionTransformer:
         states = run.ops.rt.get(run.states).reshape((L + 1,) + X.shape)
         return ForwardPass(states, run.ops.layer_caches(run.caches), c, run)
 
-    def backward(self, fwd: ForwardPass, params: dict[str, Any], p_final: Any) -> AdjointPass:
-        """Adjoint recursion from p_L = ``p_final`` (N, d) = dLoss/dx_L; per-head gradients."""
+    def backward(self, fwd: ForwardPass, params: dict[str, Any], p_final: Any, *, grads: bool = True) -> AdjointPass:
+        """Adjoint recursion from p_L = ``p_final`` (N, d) = dLoss/dx_L; per-head gradients (``grads=False``:
+        the adjoints alone, bit for bit the same, with an empty gradient dict: an input gradient p[0]
+        needs no parameter gradients)."""
         params, L, H = self.check_params(params)
         pL = np.ascontiguousarray(p_final, dtype=self.dtype)
         if pL.shape != fwd.states[L].shape:
@@ -261,8 +263,8 @@ class AttentionTransformer:
             N = pL.shape[0]
             run = _Run(HostLayer(self.layer, 1, H, N), 1, L, H, N, fwd.weights, fwd.states,
                        HostCaches([[cache] for cache in fwd.caches]))
-        p, grads = self._backward_run(run, params, pL[None], True)
-        return AdjointPass(p[:, 0], {k: g[0] for k, g in grads.items()})
+        p, dtheta = self._backward_run(run, params, pL[None], True, grads)
+        return AdjointPass(p[:, 0], {k: g[0] for k, g in dtheta.items()})
 
     def loss_and_grad(self, X0: Any, params: dict[str, Any], loss: Any, head_weights: Any = None):
         """(Loss value, gradients dict, ForwardPass, AdjointPass); ``loss`` has ``value(X_L)`` and
@@ -332,8 +334,11 @@ class AttentionTransformer:
     # ------------------------------------------------------------------ the passes, host or device
     def _put_params(self, rt: Any, params: dict[str, np.ndarray], shared: bool) -> dict[str, Any]:
         """Parameters on runtime ``rt`` as (L, PB H, ...): one copy each (per problem: (B, L, H, ...) ->
-        L-major, problem-major heads per layer)."""
+        L-major, problem-major heads per layer); shared parameters on the host are used as they are
+        (:meth:`check_params` made them C-contiguous in the layer's dtype, and the passes only read them)."""
         if shared:
+            if rt.storage == "host":
+                return params
             return {k: rt.put(v) for k, v in params.items()}
         out = {}
         for k, v in params.items():  # (B, L, H, r, s) -> (L, B H, r, s)
@@ -359,9 +364,11 @@ class AttentionTransformer:
             ops.field(states[r], _heads(dp, r), dc[r], PB, states[r], states[r + 1], caches.layer(r))
         return _Run(ops, B, L, H, N, dc, states, caches)
 
-    def _backward_run(self, run: _Run, params: dict[str, np.ndarray], pL: np.ndarray, shared: bool):
+    def _backward_run(self, run: _Run, params: dict[str, np.ndarray], pL: np.ndarray, shared: bool,
+                      with_grads: bool = True):
         """p_r = p_{r+1} + xbar_r(p_{r+1}) and the layer-r gradients for r = L-1..0, where the forward pass
-        ran; pL (B, N, d).  Returns host p (L+1, B, N, d) and gradients {k: (B, L, H, ...)}."""
+        ran; pL (B, N, d).  Returns host p (L+1, B, N, d) and gradients {k: (B, L, H, ...)} ({} without
+        ``with_grads``: the adjoints alone)."""
         ops, rt = run.ops, run.ops.rt
         B, L, H, N, d = run.B, run.L, run.H, run.N, self.d
         dp = self._put_params(rt, params, shared)
@@ -369,12 +376,14 @@ class AttentionTransformer:
         p = rt.empty((L + 1, B * N, d))
         ops.copy_in(p, L, pL.reshape(B * N, d))
         shapes = param_shapes(L, B * H, d, self.d_k, self.d_v)
-        grads = {k: rt.empty(shapes[k]) for k in PARAM_NAMES}
+        grads = {k: rt.empty(shapes[k]) for k in PARAM_NAMES} if with_grads else None
         for r in range(L - 1, -1, -1):
             ops.vjp(run.states[r], _heads(dp, r), run.c[r], PB, run.caches.layer(r), p[r + 1], p[r + 1], p[r],
-                    _heads(grads, r), lions=self.lions_term)
+                    None if grads is None else _heads(grads, r), lions=self.lions_term)
         host_p = rt.get(p).reshape(L + 1, B, N, d)
-        out = {}
+        out: dict[str, np.ndarray] = {}
+        if grads is None:
+            return host_p, out
         for k in PARAM_NAMES:  # (L, B H, r, s) -> (B, L, H, r, s)
             g = rt.get(grads[k])
             out[k] = np.ascontiguousarray(g.reshape((L, B, H) + g.shape[2:]).transpose(1, 0, 2, 3, 4))

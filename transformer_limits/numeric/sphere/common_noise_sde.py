@@ -84,9 +84,9 @@ class CommonNoiseSDE:
     ``transformer_limits.numeric.sphere.loops``, the same code on the host and on a GPU backend,
     where the state stays on the device for the whole run (:attr:`device_resident`); ``numba-cuda``
     without CuPy has no device array arithmetic and runs them on host arrays (per-call kernel copies).
-    ``precision``: ``float64`` (default) or ``float32`` (numpy, cupy: the runs return float32 and the
-    kernels, k(1) included, compute in float32); the Numba backends are float64-only (ValueError
-    naming precision).
+    ``precision``: ``float64`` (default) or ``float32`` (numpy, numba, cupy: the runs return float32 and the
+    kernels, k(1) included, compute in float32); numba-cuda is float64 only (ValueError naming
+    precision).
     """
 
     d: int

@@ -11,6 +11,16 @@ step; ``λ̂ = Σ log|v_{ℓ+1}|/|v_ℓ| / (steps·Δt)`` per chain (time-normal
 estimate converges to λ_1 = ((d−3)/2)k'(1) − ((d−1)/2)k(1) (bias O(Δt); the covariance, hence the
 limit, is the same for every m).  Chains are vectorised with NumPy; arrays are
 ``x, v: (chains, d)``, ``U: (chains, m, d)``, ``W: (chains, d, m)``.
+
+**Two samplers of the same law** (option ``sampler``).  ``"matrices"`` draws U, W, b_U, b_W as written
+(2md + m + d normals per chain and step).  ``"projections"`` draws only what the step reads: since x
+and v are orthonormal (x on the sphere, v a unit tangent vector at x), g = U x and g' = U v are
+independent N(0, I_m); and given a = φ(g/√d + b_U) and b = φ'(g/√d + b_U) ⊙ g'/√d, the pair
+(W a, W b) is Gaussian with independent rows of covariance [[|a|², ⟨a,b⟩], [⟨a,b⟩, |b|²]], so
+W a = |a| z, W b = (⟨a,b⟩/|a|) z + (|b|² − ⟨a,b⟩²/|a|²)^{1/2} z' with z, z' ~ N(0, I_d) (W b = |b| z'
+when a = 0).  That is 3m + 3d normals instead of 2md + m + d (3.4x fewer at m = 64, d = 5; 30x at
+d = 64) and no (m, d) products: the same Markov chain in law, hence the same λ̂ distribution, from a
+different stream of draws (tests/test_lyapunov_sampler.py compares the two).
 """
 
 from __future__ import annotations
@@ -20,7 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import erf, expit
 
-__all__ = ["LyapunovEstimate", "simulate_top_lyapunov", "ACTIVATIONS"]
+__all__ = ["LyapunovEstimate", "simulate_top_lyapunov", "ACTIVATIONS", "SAMPLERS"]
+
+#: how a step's Gaussian layer is drawn (module docstring): every matrix entry, or only its projections
+SAMPLERS = ("matrices", "projections")
 
 _SQRT2 = np.sqrt(2.0)
 
@@ -60,8 +73,10 @@ def _unit(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def simulate_top_lyapunov(activation: str = "relu", d: int = 5, sigma_u: float = 0.1,
                           sigma_w: float = 0.1, *, width: int = 64, dt: float = 0.01,
-                          steps: int = 400, chains: int = 256, seed: int = 0) -> LyapunovEstimate:
-    """Benettin estimate of λ_1 for the map above (see module docstring), seeded."""
+                          steps: int = 400, chains: int = 256, seed: int = 0,
+                          sampler: str = "matrices") -> LyapunovEstimate:
+    """Benettin estimate of λ_1 for the map above (see module docstring), seeded; ``sampler`` one of
+    ``SAMPLERS`` (the same law; ``"projections"`` draws 3m + 3d normals per chain and step)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}; got {activation!r}")
     if d < 2:
@@ -75,6 +90,8 @@ def simulate_top_lyapunov(activation: str = "relu", d: int = 5, sigma_u: float =
         raise ValueError(f"chains must be >= 2 for a standard error, got {chains}")
     if not dt > 0:
         raise ValueError(f"dt must be > 0, got {dt}")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}")
     phi, dphi = ACTIVATIONS[activation]
     rng = np.random.default_rng(seed)
     x, _ = _unit(rng.standard_normal((chains, d)))
@@ -82,15 +99,9 @@ def simulate_top_lyapunov(activation: str = "relu", d: int = 5, sigma_u: float =
     v, _ = _unit(v - np.sum(v * x, axis=1, keepdims=True) * x)
     log_growth = np.zeros(chains)
     root_dt, inv_root_m, inv_root_d = np.sqrt(dt), 1.0 / np.sqrt(width), 1.0 / np.sqrt(d)
+    step = _matrices_step if sampler == "matrices" else _projections_step
     for _ in range(steps):
-        U = rng.standard_normal((chains, width, d))
-        W = rng.standard_normal((chains, d, width))
-        b_u = sigma_u * rng.standard_normal((chains, width))
-        b_w = sigma_w * rng.standard_normal((chains, d))
-        pre = np.einsum("cmd,cd->cm", U, x) * inv_root_d + b_u
-        field = np.einsum("cdm,cm->cd", W, phi(pre)) * inv_root_m + b_w
-        jac_v = np.einsum("cdm,cm->cd", W, dphi(pre) * np.einsum("cmd,cd->cm", U, v)) \
-            * (inv_root_m * inv_root_d)
+        field, jac_v = step(rng, x, v, phi, dphi, width, sigma_u, sigma_w, inv_root_m, inv_root_d)
         y_hat, y_norm = _unit(x + root_dt * field)
         w = v + root_dt * jac_v
         w = (w - np.sum(w * y_hat, axis=1, keepdims=True) * y_hat) / y_norm[:, None]
@@ -100,3 +111,42 @@ def simulate_top_lyapunov(activation: str = "relu", d: int = 5, sigma_u: float =
     per_chain = log_growth / (steps * dt)
     return LyapunovEstimate(float(per_chain.mean()), float(per_chain.std(ddof=1) / np.sqrt(chains)),
                             chains, steps, dt)
+
+
+def _matrices_step(rng, x, v, phi, dphi, width, sigma_u, sigma_w, inv_root_m, inv_root_d):
+    """(G^m(x), DG^m(x) v), each (chains, d), from U, W, b_U, b_W drawn in that order."""
+    chains, d = x.shape
+    U = rng.standard_normal((chains, width, d))
+    W = rng.standard_normal((chains, d, width))
+    b_u = sigma_u * rng.standard_normal((chains, width))
+    b_w = sigma_w * rng.standard_normal((chains, d))
+    pre = np.einsum("cmd,cd->cm", U, x) * inv_root_d + b_u
+    field = np.einsum("cdm,cm->cd", W, phi(pre)) * inv_root_m + b_w
+    jac_v = np.einsum("cdm,cm->cd", W, dphi(pre) * np.einsum("cmd,cd->cm", U, v)) * (inv_root_m * inv_root_d)
+    return field, jac_v
+
+
+def _projections_step(rng, x, v, phi, dphi, width, sigma_u, sigma_w, inv_root_m, inv_root_d):
+    """The same pair in law from g = Ux, g' = Uv (m each), b_U, then z, z', b_W (d each): x ⟂ v unit."""
+    a, b, z, b_w = projection_draws(rng, x.shape, phi, dphi, width, sigma_u, sigma_w, inv_root_d)
+    aa, ab, bb = np.sum(a * a, axis=1), np.sum(a * b, axis=1), np.sum(b * b, axis=1)
+    norm_a = np.sqrt(aa)
+    safe = np.where(norm_a > 0.0, norm_a, 1.0)
+    along = np.where(norm_a > 0.0, ab / safe, 0.0)  # <a,b>/|a|: W b's part along W a
+    across = np.sqrt(np.maximum(bb - along * along, 0.0))  # Cauchy-Schwarz: >= 0 up to round-off
+    field = (norm_a[:, None] * z[0]) * inv_root_m + b_w
+    jac_v = (along[:, None] * z[0] + across[:, None] * z[1]) * inv_root_m
+    return field, jac_v
+
+
+def projection_draws(rng, shape, phi, dphi, width, sigma_u, sigma_w, inv_root_d):
+    """One step's draws of the projections sampler for (chains, d) = ``shape``, in their order: g, g'
+    (2, chains, m), b_U (chains, m), z, z' (2, chains, d), b_W (chains, d); returned as
+    a = φ(g/√d + b_U), b = φ'(g/√d + b_U) ⊙ g'/√d (chains, m), z (2, chains, d) and b_W."""
+    chains, d = shape
+    g = rng.standard_normal((2, chains, width))
+    b_u = sigma_u * rng.standard_normal((chains, width))
+    z = rng.standard_normal((2, chains, d))
+    b_w = sigma_w * rng.standard_normal((chains, d))
+    pre = g[0] * inv_root_d + b_u
+    return phi(pre), dphi(pre) * g[1] * inv_root_d, z, b_w

@@ -52,15 +52,15 @@ def _gauss_hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 class MLPFieldKernels:
     """Generated MLP-field kernels for one activation on one backend (any of ``MLP_BACKENDS``) at
-    ``precision`` (``float64``; ``float32`` on ``numpy`` and ``cupy`` only: the Numba flavours are
-    float64-only, ValueError naming precision)."""
+    ``precision`` (``float64``; ``float32`` on ``numpy``, ``numba`` (its float32 source) and ``cupy``;
+    the python-cuda backends are float64-only, ValueError naming precision)."""
 
     def __init__(self, activation: str, backend: str = "numpy", precision: str = "float64"):
         self.flavour = MLP_FIELD.resolve(backend).flavour
-        resolve_precision(precision, backend)  # ValueError naming precision (Numba: float64 only)
+        resolve_precision(precision, backend)  # ValueError naming precision (numba-cuda: float64 only)
         self.activation, self.backend, self.precision = activation, backend, precision
         self.dtype = DTYPES[precision]
-        self.source_path = MLP_FIELD.source_path(self.flavour, activation=activation)
+        self.source_path = MLP_FIELD.source_path(self.flavour, precision, activation=activation)
         # resolved and looked up once, above; cuda-c is compiled for the precision's `real`
         self._module = load_source(self.source_path, self.flavour, precision)
         self._numpy = self._module if self.flavour is PYTHON_NUMPY else None

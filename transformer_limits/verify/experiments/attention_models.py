@@ -58,26 +58,27 @@ class FlippedLionsTransformer(AttentionTransformer):
     """Deliberately wrong adjoint: the Lions (interaction) term enters with the wrong sign,
     p_r = p_{r+1} + J^T p_{r+1} − Lions(p_{r+1}); parameter gradients follow from the wrong p."""
 
-    def backward(self, fwd: ForwardPass, params: dict[str, Any], p_final: Any) -> AdjointPass:
+    def backward(self, fwd: ForwardPass, params: dict[str, Any], p_final: Any, *, grads: bool = True) -> AdjointPass:
         params, L, H = self.check_params(params)
         p = np.empty_like(fwd.states)
         p[L] = np.asarray(p_final, dtype=np.float64)
-        grads = {k: np.empty_like(v) for k, v in params.items()}
+        # always the (wrong) gradients, whatever ``grads`` asks: this model exists to train with them
+        dtheta_all = {k: np.empty_like(v) for k, v in params.items()}
         for r in range(L - 1, -1, -1):
             args = (fwd.states[r], params["Q"][r], params["K"][r], params["V"][r], params["O"][r],
                     fwd.weights[r], fwd.caches[r], p[r + 1])
             full, *dtheta = self.layer.vjp(*args, lions=True)
-            jac = self.layer.vjp(*args, lions=False)[0]
+            jac = self.layer.vjp(*args, lions=False, param_grads=False)[0]
             p[r] = p[r + 1] + 2.0 * jac - full
             for k, g in zip(("Q", "K", "V", "O"), dtheta):
-                grads[k][r] = g
-        return AdjointPass(p, grads)
+                dtheta_all[k][r] = g
+        return AdjointPass(p, dtheta_all)
 
 
 def discrete_map(model: AttentionTransformer, params: dict[str, np.ndarray], head_weights: Any = None) -> InputMap:
     def evaluate(X0: np.ndarray):
         fwd = model.forward(X0, params, head_weights)
-        return fwd.states[-1], lambda r: model.backward(fwd, params, r).p[0]
+        return fwd.states[-1], lambda r: model.backward(fwd, params, r, grads=False).p[0]
     return InputMap(evaluate)
 
 
@@ -86,7 +87,7 @@ def limit_map(mf: MeanFieldLimit, law: HeadLaw, steps: int) -> InputMap:
     def evaluate(X0: np.ndarray):
         res = mf.forward(X0, law, steps)
         N = X0.shape[0]
-        return res.final, lambda r: mf.adjoint(res.final, N * r, law, steps)[1] / N
+        return res.final, lambda r: mf.adjoint(res.final, N * r, law, steps, node_grads=False)[1] / N
     return InputMap(evaluate)
 
 

@@ -74,6 +74,9 @@ class Profile:
     #: settings simulated with more chains than ``chains`` ((activation, d, σ), chains): where |λ_1|
     #: is tiny, 25 % of it is inside the noise of ``chains`` chains (the check's power, docs/verification.md)
     more_chains: tuple[tuple[tuple[str, int, float], int], ...] = ()
+    #: how each step's Gaussian layer is drawn (numeric.sphere.lyapunov.SAMPLERS): the same law either way;
+    #: "projections" draws only U x, U v, W a, W b (3m + 3d normals instead of 2md + m + d per step)
+    sampler: str = "projections"
 
     def chains_of(self, setting: tuple[str, int, float]) -> int:
         """The chains ``setting`` is simulated with."""
@@ -146,12 +149,14 @@ def lyapunov_z_test(estimates: Sequence[float], standard_errors: Sequence[float]
 
 def simulate_point(point: dict) -> dict:
     """Sweep function: one (setting = {activation, d, sigma, k1}, refinement) — Δt = ε/(d k(1))/refinement,
-    steps·refinement steps, ``chains`` chains of width ``width``, seed ``point["seed"]``."""
+    steps·refinement steps, ``chains`` chains of width ``width``, seed ``point["seed"]``,
+    the step sampler ``point["sampler"]`` (default "matrices": the map as written)."""
     setting = point["setting"]
     dt = point["eps"] / (setting["d"] * setting["k1"]) / point["refinement"]
     r = simulate_top_lyapunov(setting["activation"], setting["d"], setting["sigma"], setting["sigma"],
                               width=point["width"], dt=dt, steps=point["steps"] * point["refinement"],
-                              chains=setting.get("chains", point["chains"]), seed=point["seed"])
+                              chains=setting.get("chains", point["chains"]), seed=point["seed"],
+                              sampler=point.get("sampler", "matrices"))
     return {"estimate": r.estimate, "standard_error": r.standard_error, "dt": dt}
 
 
@@ -204,8 +209,10 @@ def run(config: ExperimentConfig, *, formula: Callable[[str, int, float], float]
                                      else {})}
                                  for a, d, sg in prof.settings],
                      "refinement": [1, 2], "seed": {"count": 1, "base": config.seed}},
-            "fixed": {"eps": prof.eps, "chains": prof.chains, "steps": prof.steps, "width": prof.width}}
-    sweep = run_points(config, simulate_point, grid, experiment="lyapunov", version=1)
+            "fixed": {"eps": prof.eps, "chains": prof.chains, "steps": prof.steps, "width": prof.width,
+                      "sampler": prof.sampler}}
+    # version 2: the projections sampler (a store written by version 1 holds the matrices sampler's draws)
+    sweep = run_points(config, simulate_point, grid, experiment="lyapunov", version=2)
     by_key = {(r["setting"]["activation"], r["setting"]["d"], r["setting"]["sigma"], r["refinement"]): r
               for r in sweep.table}
     estimates = []

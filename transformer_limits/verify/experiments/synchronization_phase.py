@@ -45,17 +45,6 @@ from typing import Callable
 import mpmath
 import numpy as np
 
-from transformer_limits.symbolic.synchronization_phase import (
-    critical_scale,
-    critical_scale_float,
-    critical_sigma_w,
-    gaussian_moments,
-    gaussian_moments_float,
-    lambda_bar,
-    lambda_bar_float,
-    no_boundary_reason,
-    relu_critical_diagonal,
-)
 from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult, Figure
 from transformer_limits.verify.experiments.lyapunov import simulate_point
@@ -64,6 +53,15 @@ from transformer_limits.verify.registry import register_experiment
 from transformer_limits.verify.running import run_points
 from transformer_limits.verify.stats.sign_family import sign_test_family
 from transformer_limits.verify.verdicts import Check
+
+
+def _phase():
+    """The phase-diagram formulas (:mod:`transformer_limits.symbolic.synchronization_phase`), imported
+    at first use: that module imports SymPy (1-2 s), and every process that lists or runs any
+    experiment imports this module."""
+    import transformer_limits.symbolic.synchronization_phase as phase
+
+    return phase
 
 __all__ = ["PHASE_SIGN", "PROFILES", "Profile", "Point", "design_points", "mean_square_exponent",
            "phase_sign_check", "lambda_bar_without_one_over_d", "run"]
@@ -119,7 +117,7 @@ class Point:
 
 
 def _k(activation: str, d: int, sigma: float) -> tuple[float, float]:
-    m0, m1, _ = gaussian_moments(activation, d, sigma)
+    m0, m1, _ = _phase().gaussian_moments(activation, d, sigma)
     return float(m0 + mpmath.mpf(sigma) ** 2), float(m1 / d)
 
 
@@ -136,7 +134,7 @@ def _point(activation: str, d: int, sigma: float, prof: Profile, *, adapt: bool 
     """The point with λ̄ at dps 30; ``adapt``: double the chains (up to max_chains) until
     margin·SE_R ≤ |λ̄| (points whose |λ̄| is given, not placed by the design)."""
     k1, dk1 = _k(activation, d, sigma)
-    lb = float(lambda_bar(activation, d, sigma, sigma))
+    lb = float(_phase().lambda_bar(activation, d, sigma, sigma))
     chains = prof.chains
     while adapt and chains < prof.max_chains and prof.margin * predicted_se(k1, dk1, d, prof, chains) > abs(lb):
         chains *= 2
@@ -146,20 +144,20 @@ def _point(activation: str, d: int, sigma: float, prof: Profile, *, adapt: bool 
 def design_points(activation: str, prof: Profile) -> list[Point]:
     """Two points straddling λ̄ = 0 near the boundary (module docstring)."""
     d = prof.d_sim
-    roots = critical_scale_float(activation, d)
+    roots = _phase().critical_scale_float(activation, d)
     if not roots:  # no diagonal boundary at d_sim: straddle the d = 3 | 4 boundary at zero biases
         return [_point(activation, 3, 0.0, prof, adapt=True), _point(activation, 4, 0.0, prof, adapt=True)]
     star = roots[0]
 
     def se_at(sigma: float) -> float:  # float64 k(1), k'(1): the design needs no more
-        m0, m1 = gaussian_moments_float(activation, d, np.array([sigma]))
+        m0, m1 = _phase().gaussian_moments_float(activation, d, np.array([sigma]))
         return predicted_se(float(m0[0]) + sigma**2, float(m1[0]) / d, d, prof, prof.chains)
 
     level = prof.margin * se_at(star)
     for _ in range(2):  # the SE grows with σ (k(1) does): set Λ from the points' own SEs, then place them
         sigmas = []
         for sign in (1.0, -1.0):
-            near = critical_scale_float(activation, d, level=sign * level)
+            near = _phase().critical_scale_float(activation, d, level=sign * level)
             best = min(near, key=lambda t: abs(t - star)) if near else 0.0
             sigmas.append(round(float(best), 6))
         level = max([level] + [prof.margin * se_at(s) * 1.01 for s in sigmas])
@@ -189,23 +187,23 @@ def phase_sign_check(estimates, standard_errors, predicted, labels, alpha: float
 
 def lambda_bar_without_one_over_d(activation: str, d: int, sigma: float) -> float:
     """The control: λ̄ with Draft B's k'(1) = E[φ'(sZ)²] (no 1/d)."""
-    return float(lambda_bar(activation, d, sigma, sigma, one_over_d=False))
+    return float(_phase().lambda_bar(activation, d, sigma, sigma, one_over_d=False))
 
 
 def _critical_rows(prof: Profile) -> list[dict]:
     rows = []
     for act in prof.activations:
         for d in prof.table_dims:
-            roots = critical_scale(act, d) if d > 3 else []
-            sw0 = critical_sigma_w(act, d, 0)
+            roots = _phase().critical_scale(act, d) if d > 3 else []
+            sw0 = _phase().critical_sigma_w(act, d, 0)
             row = {"activation": act, "d": d,
                    "σ* (σ_U = σ_W)": ", ".join(mpmath.nstr(r.t, 30) for r in roots) or None,
                    "λ̄ at σ*(1 ∓ 1e-25)": ", ".join(f"{mpmath.nstr(r.below, 3)} / {mpmath.nstr(r.above, 3)}"
                                                   for r in roots) or None,
                    "σ_W* at σ_U = 0": None if sw0 is None else mpmath.nstr(sw0, 30),
-                   "no boundary": no_boundary_reason(act, d) or None}
+                   "no boundary": _phase().no_boundary_reason(act, d) or None}
             if act == "relu" and d > 3:
-                exact = relu_critical_diagonal(d)
+                exact = _phase().relu_critical_diagonal(d)
                 row["ReLU exact √(2/(3d(d−3)))"] = mpmath.nstr(exact, 30)
                 row["|σ* − exact|"] = float(abs(roots[0].t - exact)) if roots else None
             rows.append(row)
@@ -224,12 +222,12 @@ def _phase_figure(prof: Profile, points: list[Point], rates: dict[int, float]) -
         drawn = False
         for d in prof.curve_dims:
             # the curve falls to σ_W* = 0 at the σ_U-intercept (root of λ̄(d, σ_U, 0)): sample up to it closely
-            intercept = critical_scale_float(act, d, (1.0, 0.0)) if d > 3 else []
+            intercept = _phase().critical_scale_float(act, d, (1.0, 0.0)) if d > 3 else []
             su = np.geomspace(1e-3, 3.0, prof.curve_points)
             if intercept:
                 su = np.concatenate([np.geomspace(1e-3, intercept[0], prof.curve_points)[:-1],
                                      intercept[0] * (1 - np.geomspace(0.1, 1e-5, 9))])
-            lb0 = lambda_bar_float(act, d, su, 0.0)
+            lb0 = _phase().lambda_bar_float(act, d, su, 0.0)
             sw = np.where(lb0 > 0, np.sqrt(np.clip(lb0, 0, None) / max(d - 3, 1)), np.nan)
             if d > 3 and np.isfinite(sw).any():
                 ax.plot(su, sw, label=f"d = {d}")
@@ -269,7 +267,7 @@ def _d_sigma_figure(prof: Profile) -> Figure:
     ax = fig.add_subplot(1, 1, 1)
     dims = np.unique(np.geomspace(4, 256, 24).round().astype(int))
     for act in prof.activations:
-        pairs = [(d, r[0]) for d in dims if (r := critical_scale_float(act, int(d)))]
+        pairs = [(d, r[0]) for d in dims if (r := _phase().critical_scale_float(act, int(d)))]
         if pairs:
             ax.plot(*zip(*pairs), "o-", ms=3, label=act)
         else:
