@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
 from transformer_limits.numeric.backends import FLOAT32_BACKENDS, REGISTRY, Backend
-from transformer_limits.numeric.flavours import CUDA_C, PYTHON_CUDA, PYTHON_NUMBA, PYTHON_NUMPY
+from transformer_limits.numeric.flavours import CUDA_C, PYTHON_CUDA
 from transformer_limits.numeric.kernel_family import FAMILIES, KernelFamily
 from transformer_limits.numeric.precision import resolve_precision
 
