@@ -34,6 +34,7 @@ from transformer_limits.numeric.attention.reference import (attention_reference,
 from transformer_limits.numeric.flavours import CUDA_C, PYTHON_CUDA, PYTHON_NUMBA, PYTHON_NUMPY
 from transformer_limits.numeric.kernel_family import (ATTENTION, ELEMENTWISE_ACTIVATION, FAMILIES, FLOW_TAYLOR_JET,
                                                       LAYER_ADJOINT, MLP_FIELD)
+from transformer_limits.numeric.numba_twins import KINDS, TwinKernel, forced
 from transformer_limits.numeric.runtime import Runtime
 
 pytest.importorskip("numba")
@@ -149,6 +150,18 @@ def _rand(rng, *shape):
 
 
 def test_numba_infers_float32_for_every_variable_of_every_float32_kernel():
+    """Both twins of every kernel (the parallel one and its serial twin, numeric/numba_twins.py)."""
+    checked = {}
+    for kind in KINDS:
+        with forced(kind):
+            launched = _launch_every_float32_kernel()
+        checked.update({f"{name} ({kind})": getattr(k, kind) if isinstance(k, TwinKernel) else k
+                        for name, k in launched.items()})
+    bad = {name: found[:3] for name, disp in checked.items() if (found := _float64_variables(disp))}
+    assert not bad, bad
+
+
+def _launch_every_float32_kernel() -> dict:
     rng, rt = np.random.default_rng(0), Runtime(NUMBA, "float32")
     d, dk, dv, N, M, H, T = 3, 2, 3, 9, 11, 2, 3
     checked = {}
@@ -195,8 +208,7 @@ def test_numba_infers_float32_for_every_variable_of_every_float32_kernel():
     m = ELEMENTWISE_ACTIVATION.load(NUMBA, precision="float32", activation="gelu")
     rt.call(m, "kernel", 5, _rand(rng, 5), np.empty(5, f32), np.empty(5, f32))
     checked["elementwise"] = m.kernel
-    bad = {name: found[:3] for name, disp in checked.items() if (found := _float64_variables(disp))}
-    assert not bad, bad
+    return checked
 
 
 def test_a_float64_scalar_would_promote_the_loop_so_the_runtime_casts_it():
@@ -206,8 +218,9 @@ def test_a_float64_scalar_would_promote_the_loop_so_the_runtime_casts_it():
     m = LAYER_ADJOINT.load(NUMBA, precision="float32", d=d, d_k=d, d_v=d)
     QF, KT, VT = _rand(rng, H, N, d), _rand(rng, H, d, N), _rand(rng, H, d, N)
     out = np.empty((H, N, d), f32), np.empty((H, N), f32), np.empty((N, d), f32)
-    m.forward(QF, KT, VT, _rand(rng, H, d, d), np.ones(H, f32), 1.0, False, T, *out)  # no runtime: float64 beta
-    assert any("beta" in v for v in _float64_variables(m.forward, float64_arguments=True))
+    with forced("serial"):
+        m.forward(QF, KT, VT, _rand(rng, H, d, d), np.ones(H, f32), 1.0, False, T, *out)  # no runtime: float64 beta
+    assert any("beta" in v for v in _float64_variables(m.forward.serial, float64_arguments=True))
 
 
 # ------------------------------------------------------------------ accuracy against float64

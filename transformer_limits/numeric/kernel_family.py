@@ -21,7 +21,8 @@ it is given; CUDA C is compiled with ``typedef float real;``), so ``precision`` 
 :meth:`KernelFamily.load` resolves a ``backend=`` string, finds (or generates, stores and indexes) the
 source of that backend's flavour and returns the loaded module: an imported Python module for the
 ``python-*`` flavours (:func:`~transformer_limits.kernel_cache.load_python_source`, so Numba's on-disk
-cache finds it again), a CuPy ``RawModule`` for ``cuda-c``.  A warm process therefore never imports
+cache finds it again; ``python-numba`` sources come with their serial twins,
+:mod:`~transformer_limits.numeric.numba_twins`), a CuPy ``RawModule`` for ``cuda-c``.  A warm process therefore never imports
 SymPy (tests/test_kernel_families_warm.py).  :data:`FAMILIES` lists every family of the package.
 """
 
@@ -81,6 +82,10 @@ def load_source(path: Path, flavour: Flavour | str, precision: str = "float64") 
 
         code = cuda_c_program(path.read_text(encoding="utf-8"), precision)
         return cupy.RawModule(code=code, options=("--std=c++14",))
+    if flavour_named(flavour) is PYTHON_NUMBA:  # each kernel with its serial twin (numba_twins.py)
+        from transformer_limits.numeric.numba_twins import load_twins
+
+        return load_twins(path)
     return kernel_cache.load_python_source(path)
 
 

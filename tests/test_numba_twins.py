@@ -1,0 +1,246 @@
+"""Serial twins of the python-numba kernels (transformer_limits/numeric/numba_twins.py).
+
+What must hold:
+
+* the twin is the generated source with ``parallel=False`` in every parallel decorator and nothing
+  else changed (every family, float64 and float32 sources);
+* the twins agree **bit for bit** on every family's kernels, for problems large enough that the
+  parallel twin really splits its ``prange`` over threads (so the choice of twin is a matter of speed
+  alone); the comparison is not vacuous: both twins of every kernel involved are shown to have run
+  (each compiled), and a planted twin that differs by one ulp is caught;
+* the choice: one Numba thread -> serial; a launch shape whose first serial run is short stays
+  serial; otherwise TIMINGS timed runs of each twin decide; a launch that compiled decides nothing;
+  shapes are decided apart; :func:`forced` pins the twin.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+
+import numpy as np
+import pytest
+
+numba = pytest.importorskip("numba")
+
+from transformer_limits.numeric import numba_twins  # noqa: E402
+from transformer_limits.numeric.attention.flow_taylor import attention_jet  # noqa: E402
+from transformer_limits.numeric.attention.kernels import AttentionKernels  # noqa: E402
+from transformer_limits.numeric.attention.layer import AttentionLayer  # noqa: E402
+from transformer_limits.numeric.elementwise import elementwise_activation  # noqa: E402
+from transformer_limits.numeric.flavours import PYTHON_NUMBA  # noqa: E402
+from transformer_limits.numeric.kernel_family import (ATTENTION, ELEMENTWISE_ACTIVATION, FAMILIES,  # noqa: E402
+                                                      FLOW_TAYLOR_JET, LAYER_ADJOINT, MLP_FIELD)
+from transformer_limits.numeric.numba_twins import TIMINGS, TwinKernel, forced, serial_source  # noqa: E402
+from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels  # noqa: E402
+
+INSTANCES = {ATTENTION.name: dict(d=3, d_k=2, d_v=3), LAYER_ADJOINT.name: dict(d=3, d_k=2, d_v=4),
+             MLP_FIELD.name: dict(activation="gelu"), FLOW_TAYLOR_JET.name: dict(d=2, d_k=2, d_v=3),
+             ELEMENTWISE_ACTIVATION.name: dict(activation="silu")}
+
+
+# ------------------------------------------------------------------ the source
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_twin_differs_only_in_the_parallel_flag(family, precision):
+    import importlib
+
+    fam = FAMILIES[family]
+    module, _, function = fam.generator.partition(":")
+    kwargs = dict(INSTANCES[family], **({} if precision == "float64" else {"precision": precision}))
+    source = getattr(importlib.import_module(module), function)(flavour=PYTHON_NUMBA.name, **kwargs)[1]
+    twin = serial_source(source)
+    parallel_lines = [ln for ln in source.splitlines() if ln.startswith("@numba.njit(") and "parallel=True" in ln]
+    assert parallel_lines, "every family has parallel kernels"
+    assert "parallel=True" not in twin
+    changed = [(a, b) for a, b in zip(source.splitlines(), twin.splitlines()) if a != b]
+    assert len(source.splitlines()) == len(twin.splitlines()) and len(changed) == len(parallel_lines)
+    for a, b in changed:  # the one edit: the flag
+        assert a.replace("parallel=True", "parallel=False") == b
+    diff = "".join(difflib.unified_diff(source.splitlines(True), twin.splitlines(True)))
+    assert diff.count("\n+@numba.njit(") == len(parallel_lines)
+
+
+# ------------------------------------------------------------------ bit for bit
+def _twin_kernels(module) -> list[TwinKernel]:
+    return list(module._kernels.values())
+
+
+def _both(run, modules):
+    """run() under each forced twin; every TwinKernel the run used must have run both twins."""
+    with forced("serial"):
+        serial = run()
+    with forced("parallel"):
+        parallel = run()
+    used = [k for m in modules for k in _twin_kernels(m)]
+    assert used, "the run used no twin kernel"
+    for k in used:
+        assert k.serial.overloads and k.parallel.overloads, "both twins must have run"
+    assert any(k.parallel.targetoptions.get("parallel") for k in used)
+    return serial, parallel
+
+
+def _assert_bitwise(serial, parallel):
+    for a, b in zip(serial, parallel, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), float(np.abs(a - b).max())
+
+
+N = 37  # rows: several per thread, and not a multiple of the thread count
+
+
+@pytest.mark.parametrize("weights", [False, True])
+def test_attention_kernels_twins_agree_bit_for_bit(weights):
+    rng = np.random.default_rng(0)
+    d, dk, dv, M = 3, 2, 3, 29
+    X, Y = rng.standard_normal((N, d)), rng.standard_normal((M, d))
+    Q, K, V = rng.standard_normal((dk, d)), rng.standard_normal((dk, d)), rng.standard_normal((dv, d))
+    w = rng.uniform(0, 1, M) if weights else None
+    k = AttentionKernels(d, dk, dv, "numba")
+
+    def run():
+        return [k.attention(X, Y, Q, K, V, w), k.jacobian(X, Y, Q, K, V, w), k.lions_derivative(X, Y, Q, K, V, w),
+                k.flat_derivative(X, Y, Q, K, V, w), k.self_attention(Q, K, V)(X)]
+
+    _assert_bitwise(*_both(run, [k._module]))
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_layer_field_and_adjoint_twins_agree_bit_for_bit(causal, precision):
+    rng = np.random.default_rng(1)
+    d, dk, dv, H = 3, 2, 4, 3
+    X, PC = rng.standard_normal((N, d)), rng.standard_normal((N, d))
+    Qs, Ks = rng.standard_normal((H, dk, d)), rng.standard_normal((H, dk, d))
+    Vs, Os = rng.standard_normal((H, dv, d)), rng.standard_normal((H, d, dv))
+    c = rng.uniform(0.1, 1.0, H)
+    layer = AttentionLayer(d, dk, dv, causal=causal, backend="numba", precision=precision)
+
+    def run():
+        F, cache = layer.field(X, Qs, Ks, Vs, Os, c)
+        return [F, *layer.vjp(X, Qs, Ks, Vs, Os, c, cache, PC, lions=True),
+                layer.vjp(X, Qs, Ks, Vs, Os, c, cache, PC, lions=False, param_grads=False)[0]]
+
+    _assert_bitwise(*_both(run, [layer._module]))
+
+
+def test_mlp_field_flow_jet_and_elementwise_twins_agree_bit_for_bit():
+    rng = np.random.default_rng(2)
+    d, m = 3, 11
+    X = rng.standard_normal((N, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    U, bU, W, bW = rng.standard_normal((m, d)), rng.standard_normal(m), rng.standard_normal((d, m)), rng.standard_normal(d)
+    mlp = mlp_field_kernels("gelu", backend="numba")
+    Xj, DX, Y, DY = (rng.standard_normal((N, 2)) for _ in range(4))
+    wj = rng.uniform(0, 1, N)
+    Qj, Kj, Vj = rng.standard_normal((2, 2)), rng.standard_normal((2, 2)), rng.standard_normal((3, 2))
+    act = elementwise_activation("silu", backend="numba")
+    z = rng.standard_normal(101)
+
+    def run():
+        return [mlp.features(X, U, bU), mlp.mlp_field(X, U, bU, W, bW), mlp.kernel_matrix(X, 0.7, 1.3),
+                *attention_jet(Xj, DX, Y, DY, wj, Qj, Kj, Vj, backend="numba"), *act(z).values()]
+
+    modules = [mlp._module, FLOW_TAYLOR_JET.load("numba", d=2, d_k=2, d_v=3),
+               ELEMENTWISE_ACTIVATION.load("numba", activation="silu")]
+    _assert_bitwise(*_both(run, modules))
+
+
+def test_a_twin_one_ulp_off_is_caught():
+    rng = np.random.default_rng(3)
+    d, dk, dv = 3, 2, 3
+    X, Y = rng.standard_normal((N, d)), rng.standard_normal((N, d))
+    Q, K, V = rng.standard_normal((dk, d)), rng.standard_normal((dk, d)), rng.standard_normal((dv, d))
+    k = AttentionKernels(d, dk, dv, "numba")
+    k.attention(X, Y, Q, K, V)
+    twin = k._module._kernels["forward"]
+    real_serial = twin.serial
+
+    def off_by_one_ulp(*args):
+        out = real_serial(*args)
+        A = args[-2]
+        A[0, 0] = np.nextafter(A[0, 0], np.inf)
+        return out
+
+    twin.serial = off_by_one_ulp
+    twin.serial.overloads = real_serial.overloads  # type: ignore[attr-defined]
+    try:
+        with pytest.raises(AssertionError):
+            _assert_bitwise(*_both(lambda: [k.attention(X, Y, Q, K, V)], [k._module]))
+    finally:
+        twin.serial = real_serial
+
+
+# ------------------------------------------------------------------ the choice
+class _Fake:
+    """A stand-in dispatcher that sleeps ``seconds`` per launch and 'compiles' on its first launch."""
+
+    def __init__(self, seconds: float, name: str):
+        self.seconds, self.name, self.calls, self.overloads = seconds, name, 0, {}
+
+    def __call__(self, *args):
+        self.calls += 1
+        if not self.overloads:
+            self.overloads["sig"] = None  # the first launch compiles: its time must not count
+            time.sleep(0.05)
+        else:
+            time.sleep(self.seconds)
+        return self.name
+
+
+def _launch(kernel: TwinKernel, n: int, *args) -> list[str]:
+    return [kernel(*args) for _ in range(n)]
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    monkeypatch.setattr(numba, "get_num_threads", lambda: 2)
+
+
+def test_a_short_serial_launch_stays_serial(two_threads):
+    k = TwinKernel(_Fake(2e-3, "parallel"), _Fake(0.0, "serial"))
+    a = np.zeros(4)
+    # launch 1 compiled the serial twin (not a timing), launch 2 timed it: short, decided serial
+    assert _launch(k, 10, a) == ["serial"] * 10
+    assert k.parallel.calls == 0 and k._choice[((4,),)] is True
+
+
+def test_a_long_launch_goes_to_the_faster_twin(two_threads):
+    a, b = np.zeros(4), np.zeros(5)
+    k = TwinKernel(_Fake(1e-3, "parallel"), _Fake(5e-3, "serial"))
+    runs = _launch(k, 2 + 2 * TIMINGS + 5, a)  # + one compiling launch of each twin
+    assert runs[-5:] == ["parallel"] * 5 and k._choice[((4,),)] is False
+    assert runs.count("serial") == 1 + TIMINGS and runs.count("parallel") == 1 + TIMINGS + 5
+    # the other way round, and another shape is decided on its own
+    k = TwinKernel(_Fake(6e-3, "parallel"), _Fake(1e-3, "serial"))
+    assert _launch(k, 2 + 2 * TIMINGS + 3, a)[-3:] == ["serial"] * 3 and k._choice[((4,),)] is True
+    assert ((5,),) not in k._choice
+    k(b, 7)
+    assert list(k._choice) == [((4,),), ((5,), 7)]
+
+
+def test_one_numba_thread_and_forced_launches_pick_one_twin(monkeypatch):
+    k = TwinKernel(_Fake(0.0, "parallel"), _Fake(1e-3, "serial"))
+    monkeypatch.setattr(numba, "get_num_threads", lambda: 1)
+    assert _launch(k, 4, np.zeros(3)) == ["serial"] * 4 and not k._choice
+    with forced("parallel"):
+        assert k(np.zeros(3)) == "parallel"
+    with forced("serial"):
+        monkeypatch.setattr(numba, "get_num_threads", lambda: 2)
+        assert k(np.zeros(3)) == "serial"
+    assert not k._choice
+    with pytest.raises(ValueError, match="kind must be one of serial, parallel, got 'fast'"):
+        with forced("fast"):
+            pass
+
+
+def test_the_module_gives_twins_for_parallel_kernels_and_the_rest_as_it_is():
+    m = ATTENTION.load("numba", d=2, d_k=2, d_v=2)
+    assert isinstance(m, numba_twins.TwinModule) and m.__file__.endswith(".py")
+    assert isinstance(m.forward, TwinKernel) and m.forward is m.forward
+    assert m.forward.signatures is m.forward.parallel.signatures or m.forward.signatures == m.forward.parallel.signatures
+    assert isinstance(m.fast_exp, TwinKernel)  # serial jitted functions too (they may call parallel ones)
+    assert ATTENTION.load("numba", d=2, d_k=2, d_v=2) is m  # one per source and process: decisions kept
+    assert not isinstance(m.numba, TwinKernel)  # what is not jitted comes back as it is
+    assert m.serial_module.__file__.endswith("_serial.py")
+    with pytest.raises(AttributeError):
+        m.no_such_kernel  # noqa: B018
