@@ -66,6 +66,18 @@ def _launch_shape(args: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(a.shape if isinstance(a, np.ndarray) else a if type(a) is int else None for a in args)
 
 
+def _num_threads() -> int:
+    """``numba.get_num_threads()`` (the calling thread's count, as ``numba.set_num_threads`` left it),
+    read without re-entering Numba's pool-launch locks once the pool is up: 0.1 µs instead of 0.6 µs
+    a launch."""
+    import numba
+
+    fast = getattr(numba.np.ufunc.parallel, "_get_num_threads", None)
+    if fast is None or not getattr(numba.np.ufunc.parallel, "_is_initialized", False):
+        return int(numba.get_num_threads())
+    return int(fast())
+
+
 class TwinKernel:
     """A parallel kernel and its serial twin, one callable (see the module docstring for the choice)."""
 
@@ -81,11 +93,9 @@ class TwinKernel:
         return getattr(self.parallel, name)
 
     def __call__(self, *args: Any) -> Any:
-        import numba
-
         if _forced is not None:
             return (self.serial if _forced == "serial" else self.parallel)(*args)
-        if numba.get_num_threads() == 1:
+        if _num_threads() == 1:
             return self.serial(*args)
         shape = _launch_shape(args)
         choice = self._choice.get(shape)

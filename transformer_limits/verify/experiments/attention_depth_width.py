@@ -102,14 +102,14 @@ SETTINGS: dict[str, dict[str, Any]] = {
                   cross_L=(2, 4, 8, 16, 32), cross_H=4,
                   grid_L=(2, 8, 32), grid_H=(1, 4, 16, 64), seeds_grid=6,
                   train_steps=10, lr=0.05, eps=1e-3, n_train=8,
-                  restarts=2, iterations=8, ascent_lr=0.15),
+                  restarts=2, iterations=8, ascent_lr=0.15, backend="numba"),
     "full": dict(d=3, d_k=2, d_v=2, N=8, radius=1.0, n_nodes=3, atoms=6, gain=1.5, limit_steps=16,
                  L_levels=(4, 8, 16, 32, 64, 128, 256), seeds_L=16,
                  H_levels=(1, 2, 4, 8, 16, 32, 64, 128, 256), L_H=16, seeds_H=24,
                  cross_L=(2, 4, 8, 16, 32, 64, 128), cross_H=4,
                  grid_L=(2, 4, 8, 16, 32, 64), grid_H=(1, 2, 4, 8, 16, 32, 64), seeds_grid=16,
                  train_steps=10, lr=0.03, eps=1e-3, n_train=16,
-                 restarts=4, iterations=20, ascent_lr=0.1),
+                 restarts=4, iterations=20, ascent_lr=0.1, backend="numba"),
 }
 
 

@@ -103,8 +103,9 @@ class PaperAModels:
     def __post_init__(self) -> None:
         s = self.s
         dims = (s["d"], s["d_k"], s["d_v"])
-        # settings["backend"]: "blas" (default) is fastest for a few tokens; the generated "numba"
-        # kernels win from N ~ 64 on (25x at N = 1024, where BLAS's (N, N) per-head arrays spill)
+        # settings["backend"]: "blas" (default) or the generated "numba" kernels, which the experiments
+        # name: with their serial twins (numeric/numba_twins.py) they match BLAS at N = 6 with one head
+        # and beat it 3x at 64 heads (one call per layer instead of a dozen NumPy calls), 25x at N = 1024
         backend = s.get("backend", "blas")
         # settings["precision"] (float32: numpy / blas / cupy) is the discrete models'; the mean-field
         # limit is the reference the experiments compare with and stays float64
