@@ -57,7 +57,7 @@ KERNELS = {"backend": MLP_FIELD}
 SETTINGS: dict[str, dict[str, Any]] = {
     "quick": dict(d=3, N=8, m=32, T=1.0, sigma_u=0.5, sigma_w=0.5, activation="relu",
                   attention="attractive", L_levels=(8, 16, 32, 64, 128), L_ref=512, seeds_L=24,
-                  m_levels=(8, 16, 32, 64, 128, 256), L_m=32, seeds_m=48, backend="numpy"),
+                  m_levels=(8, 16, 32, 64, 128, 256), L_m=32, seeds_m=48, backend="numba"),
     "full": dict(d=3, N=8, m=32, T=1.0, sigma_u=0.5, sigma_w=0.5, activation="relu",
                  attention="attractive", L_levels=(8, 16, 32, 64, 128, 256), L_ref=2048, seeds_L=64,
                  m_levels=(8, 16, 32, 64, 128, 256, 512, 1024), L_m=64, seeds_m=64, backend="numpy"),
@@ -146,7 +146,7 @@ def _table(name: str, levels, errors: np.ndarray) -> list[dict[str, Any]]:
 
 
 def run(config: ExperimentConfig) -> ExperimentResult:
-    # the MLP-field backend on config.device (numpy on cpu: the run as it always was); the couplings
+    # the MLP-field backend on config.device (the settings' numba on cpu); the couplings
     # stay on the device when model and SDE share a GPU backend
     s = run_settings(config, SETTINGS[config.profile], KERNELS)
     grid, sup, width, seconds = errors_sweep(config, s)

@@ -59,9 +59,9 @@ SIGN_CHANGE_D3 = CheckSpec("sign_change_d3", "λ̄ > 0 (d ≤ 3) ⇒ no guarante
 KERNELS = {"backend": MLP_FIELD}
 SETTINGS: dict[str, dict[str, Any]] = {
     "quick": dict(d_sync=8, d_contrast=3, N=16, T=2.0, n_steps=200, n_eval=9, seeds=32,
-                  activation="relu", sigma_u=0.5, sigma_w=0.5, beta=1.0, backend="numpy"),
+                  activation="relu", sigma_u=0.5, sigma_w=0.5, beta=1.0, backend="numba"),
     "full": dict(d_sync=8, d_contrast=3, N=32, T=3.0, n_steps=600, n_eval=13, seeds=128,
-                 activation="relu", sigma_u=0.5, sigma_w=0.5, beta=1.0, backend="numpy"),
+                 activation="relu", sigma_u=0.5, sigma_w=0.5, beta=1.0, backend="numba"),
 }
 
 
