@@ -98,3 +98,30 @@ def test_extension_point_adds_a_check(monkeypatch):
     assert check.passed and check.expected == 3.0
     with pytest.raises(ValueError, match="declared order 1"):
         lt.evaluate_expansion(lt.TaylorExpansion("bad", "c", second_order_sine, check="x"), lt.cases_for("quick"), 0)
+
+
+def test_the_sweep_over_workers_gives_the_serial_results_bit_for_bit(monkeypatch):
+    """run() evaluates one sweep point per (expansion, case) in worker processes: the results are those
+    of evaluate_expansion in this process, remainders, rates and the round-off mask alike."""
+    monkeypatch.setattr(lt, "EXPANSIONS", CHEAP)
+    cases = lt.cases_for("quick")
+    swept = lt.expansion_results(ExperimentConfig("quick", seed=3, workers=2), cases)
+    for expansion, results in zip(CHEAP, swept, strict=True):
+        for got, want in zip(results, lt.evaluate_expansion(expansion, cases, 3), strict=True):
+            assert got.to_dict() == want.to_dict() and got.used.dtype == bool
+            for a, b in ((got.remainders, want.remainders), (got.rates, want.rates), (got.steps, want.steps)):
+                assert np.array_equal(a, b, equal_nan=True)
+
+
+def test_a_stored_result_round_trips_with_inf_and_nan():
+    import json
+
+    from transformer_limits.verify.taylor import TaylorResult
+
+    r = TaylorResult(2, 3.0, np.array([0.1, 0.05, 0.025]), np.array([1e-3, 0.0, 1.0 / 3.0]),
+                     np.array([np.inf, np.nan]), np.array([True, False]), 0.1, ["floor"])
+    back = lt._result_of(json.loads(json.dumps(r.to_dict())))
+    assert back.to_dict().keys() == r.to_dict().keys()
+    for name in ("steps", "remainders", "rates", "used"):
+        assert np.array_equal(getattr(back, name), getattr(r, name), equal_nan=True), name
+    assert back.used.dtype == bool and (back.order, back.expected_rate, back.tolerance, back.notes) == (2, 3.0, 0.1, ["floor"])

@@ -193,7 +193,7 @@ def _launch(kernel: TwinKernel, n: int, *args) -> list[str]:
 
 @pytest.fixture
 def two_threads(monkeypatch):
-    monkeypatch.setattr(numba_twins, "_num_threads", lambda: 2)
+    monkeypatch.setattr(numba_twins, "numba_thread_count", lambda: 2)
 
 
 def test_a_short_serial_launch_stays_serial(two_threads):
@@ -220,12 +220,12 @@ def test_a_long_launch_goes_to_the_faster_twin(two_threads):
 
 def test_one_numba_thread_and_forced_launches_pick_one_twin(monkeypatch):
     k = TwinKernel(_Fake(0.0, "parallel"), _Fake(1e-3, "serial"))
-    monkeypatch.setattr(numba_twins, "_num_threads", lambda: 1)
+    monkeypatch.setattr(numba_twins, "numba_thread_count", lambda: 1)
     assert _launch(k, 4, np.zeros(3)) == ["serial"] * 4 and not k._choice
     with forced("parallel"):
         assert k(np.zeros(3)) == "parallel"
     with forced("serial"):
-        monkeypatch.setattr(numba_twins, "_num_threads", lambda: 2)
+        monkeypatch.setattr(numba_twins, "numba_thread_count", lambda: 2)
         assert k(np.zeros(3)) == "serial"
     assert not k._choice
     with pytest.raises(ValueError, match="kind must be one of serial, parallel, got 'fast'"):
@@ -238,7 +238,7 @@ def test_the_thread_count_is_numbas():
     try:
         for n in range(1, numba.config.NUMBA_NUM_THREADS + 1):
             numba.set_num_threads(n)
-            assert numba_twins._num_threads() == n == numba.get_num_threads()
+            assert numba_twins.numba_thread_count() == n == numba.get_num_threads()
     finally:
         numba.set_num_threads(before)
 

@@ -53,11 +53,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
-import numba
 import numpy as np
 
 from transformer_limits.numeric.backends import FLOAT32_BACKENDS, REGISTRY, resolve_backend
 from transformer_limits.numeric.flavours import NUMPY_BLAS, PYTHON_NUMPY
+from transformer_limits.numeric.numba_twins import numba_thread_count
 from transformer_limits.numeric.runtime import DTYPES, Runtime
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.resource_limits import check_kernel_dimensions
@@ -96,7 +96,7 @@ def _tasks(N: int) -> int:
     adjoint partials, summed over t afterwards).  T does not follow the thread count up to
     MIN_TASKS threads, so results are bitwise the same with 1 … 16 Numba threads (e.g. in sweep
     workers that get fewer threads than the parent)."""
-    return max(1, min(max(MIN_TASKS, numba.get_num_threads()), N))
+    return max(1, min(max(MIN_TASKS, numba_thread_count()), N))
 
 
 #: per thread: the adjoint's task partials of the last shape, reused (a fresh (T, H, d_k + d_v, N) array

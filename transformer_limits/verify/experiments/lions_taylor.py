@@ -31,6 +31,7 @@ from transformer_limits.numeric.attention.flow_taylor import flow_expansion_buil
 from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
 from transformer_limits.verify.registry import register_experiment
+from transformer_limits.verify.running import run_points
 from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 from transformer_limits.verify.sweeps import derive_seed
@@ -202,12 +203,45 @@ def declared_checks(expansions: Sequence[TaylorExpansion]) -> tuple[CheckSpec, .
                  for e in expansions if e.check)
 
 
+_CASE_FIELDS = ("d", "d_k", "d_v", "n_queries", "n_atoms", "replicate", "uniform_weights")
+
+
+def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Sweep function: :func:`evaluate_expansion` of ``EXPANSIONS[point["expansion"]]`` on the case the
+    point's fields name (seeded by the case and ``point["base_seed"]``), as ``TaylorResult.to_dict()``."""
+    expansion = EXPANSIONS[point["expansion"]]
+    case = TaylorCase(**{k: point[k] for k in _CASE_FIELDS})
+    return evaluate_expansion(expansion, [case], point["base_seed"])[0].to_dict()
+
+
+def _result_of(record: dict[str, Any]) -> TaylorResult:
+    """The :class:`TaylorResult` of a stored :func:`evaluate_point` result (JSON floats round-trip
+    exactly, ±inf and NaN included)."""
+    return TaylorResult(record["order"], record["expected_rate"], np.array(record["steps"], dtype=float),
+                        np.array(record["remainders"], dtype=float), np.array(record["rates"], dtype=float),
+                        np.array(record["used"], dtype=bool), record["tolerance"], list(record["notes"]))
+
+
+def expansion_results(config: ExperimentConfig, cases: Sequence[TaylorCase]) -> list[list[TaylorResult]]:
+    """:func:`evaluate_expansion` of every expansion of :data:`EXPANSIONS` on ``cases``, bit for bit,
+    one sweep point per (expansion, case) (``config.workers`` processes, resumable with
+    ``config.store``), the costliest (highest order, most atoms) first."""
+    tasks = sorted(((e, c) for e in range(len(EXPANSIONS)) for c in range(len(cases))),
+                   key=lambda t: (-EXPANSIONS[t[0]].order * cases[t[1]].n_atoms * cases[t[1]].d, t))
+    zipped: dict[str, list[Any]] = {"expansion": [e for e, _ in tasks]}
+    zipped.update({k: [getattr(cases[c], k) for _, c in tasks] for k in _CASE_FIELDS})
+    sweep = run_points(config, evaluate_point, {"zip": {"task": zipped}, "fixed": {"base_seed": config.seed}},
+                       experiment="lions-taylor", version=1)
+    found = {(r.params["expansion"], TaylorCase(**{k: r.params[k] for k in _CASE_FIELDS})): r.completed_result
+             for r in sweep.records}
+    return [[_result_of(found[(e, case)]) for case in cases] for e in range(len(EXPANSIONS))]
+
+
 def run(config: ExperimentConfig) -> ExperimentResult:
     cases = cases_for(config.profile)
     result = ExperimentResult("lions-taylor", config.profile)
     series = []
-    for expansion in EXPANSIONS:
-        results = evaluate_expansion(expansion, cases, config.seed)
+    for expansion, results in zip(EXPANSIONS, expansion_results(config, cases)):
         check = taylor_check(expansion, results)
         if not expansion.control:
             result.checks.append(check)
