@@ -121,6 +121,10 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
      ("tests/test_derivation_cache.py", "tests/test_derivation_pages_cache.py")),
     ("lyapunov_simulation", "transformer_limits/numeric/sphere/lyapunov.py",
      ("tests/test_lyapunov_sampler.py", "tests/test_transcriptions_paper_b.py", "tests/test_lyapunov.py")),
+    # issue 26, second sitting: the serial twins of the numba kernels, lions-taylor's sweep
+    ("numba_twins", "transformer_limits/numeric/numba_twins.py", ("tests/test_numba_twins.py",)),
+    ("lions_taylor", "transformer_limits/verify/experiments/lions_taylor.py",
+     ("tests/test_experiment_lions_taylor.py",)),
     ("devices", "transformer_limits/numeric/devices.py",
      ("tests/test_device_selection.py", "tests/test_precision.py")),
     ("running", "transformer_limits/verify/running.py",

@@ -4,6 +4,8 @@ Layout under :func:`cache_dir`::
 
     kernels/<stem>_<key>.py|.cu   generated sources, readable; <key> hashes (expressions, printer,
                                   template, versions) — see symbolic.codegen.source_key
+    kernels/<stem>_<key>_serial.py  the serial twin of a python-numba source (parallel=False; written
+                                  by numeric.numba_twins.load_twins)
     index/<spec-hash>.txt         maps a kernel *spec* (family + parameters + flavour, built by
                                   :func:`kernel_spec`, hashed with the versions) to the source file
                                   name, so a warm process loads kernels without importing SymPy

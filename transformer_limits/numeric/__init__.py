@@ -34,7 +34,9 @@ without PyTorch.
 
 Numba's parallel kernels here are short (one parallel region per layer or per kernel call), so the
 default threading layer is ``workqueue``: OpenMP's spinning workers cost ~10 ms per region on a
-loaded 2-core machine, workqueue ~0.1 ms.  Set ``NUMBA_THREADING_LAYER`` to choose another.
+loaded 2-core machine, workqueue ~0.1 ms.  Set ``NUMBA_THREADING_LAYER`` to choose another.  Even
+0.1 ms is more than a small problem's work, so every kernel also has a serial twin that runs launches
+too small to gain from threads (``transformer_limits.numeric.numba_twins``).
 """
 
 import os as _os

@@ -9,8 +9,8 @@ launch on a 2-core virtual machine (measured: a 4-token attention layer's ``feat
 A at N = 4..64 tokens, sweep workers with one Numba thread each — are dominated by that cost.
 
 So each generated source also loads as its **serial twin**: the same text with ``parallel=False``
-(``numba.prange`` is then ``range``), stored next to it as ``<stem>_serial.py`` with its own Numba
-cache.  A work item's arithmetic is the same code in both, so the twins agree bit for bit
+(``numba.prange`` is then ``range``), stored next to it as ``<stem>_<key>_serial.py`` with its own
+Numba cache.  A work item's arithmetic is the same code in both, so the twins agree bit for bit
 (tests/test_numba_twins.py checks every family on random inputs), and the choice is a matter of
 speed alone:
 
@@ -19,8 +19,8 @@ speed alone:
   the first launch runs serially and is timed; if it took less than :data:`SERIAL_ONLY_S`, that shape
   stays serial (splitting it over threads cannot win back a launch); otherwise the next launches of
   the shape alternate parallel and serial, :data:`TIMINGS` of each, and the one with the faster best
-  time is kept for the shape.  A launch
-  that compiled its kernel (or loaded it from Numba's cache) is not a timing: it decides nothing.
+  time is kept for the shape.  A launch that compiled its kernel (or loaded it from Numba's cache) is
+  not a timing: it decides nothing.
 
 :func:`load_twins` returns a :class:`TwinModule`: attribute access gives a :class:`TwinKernel` for each
 jitted function (a callable with the parallel kernel's attributes, e.g. ``signatures``) and the
@@ -40,7 +40,8 @@ import numpy as np
 
 from transformer_limits import kernel_cache
 
-__all__ = ["SERIAL_ONLY_S", "TIMINGS", "KINDS", "numba_thread_count", "TwinKernel", "TwinModule", "serial_source", "load_twins", "forced"]
+__all__ = ["SERIAL_ONLY_S", "TIMINGS", "KINDS", "numba_thread_count", "TwinKernel", "TwinModule", "serial_source",
+           "load_twins", "forced"]
 
 #: what :func:`forced` can pin every launch to
 KINDS = ("serial", "parallel")
@@ -157,7 +158,7 @@ _LOADED: dict[Path, TwinModule] = {}
 
 def load_twins(path: Path) -> TwinModule:
     """The generated ``python-numba`` source at ``path`` and its serial twin (written next to it as
-    ``<stem>_serial.py`` on first use), both imported so that Numba's on-disk cache finds them; one
+    ``<stem>_<key>_serial.py`` on first use), both imported so that Numba's on-disk cache finds them; one
     :class:`TwinModule` per source and process (its launch decisions are kept)."""
     path = Path(path)
     loaded = _LOADED.get(path)
