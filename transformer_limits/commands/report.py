@@ -98,7 +98,6 @@ def run(args: argparse.Namespace) -> int:
 
     from transformer_limits.atomic_write import replaced_directory
     from transformer_limits.verify.running import run_experiment
-    from transformer_limits.verify.sweeps.executors import kept_pools
     from transformer_limits.commands.verify import STATE_WORDS
     from transformer_limits.verify.report import report_entries, summary_counts, write_experiment_report, write_index
 
@@ -122,12 +121,11 @@ def run(args: argparse.Namespace) -> int:
     with replaced_directory(args.out, owned=report_entries) as stage:
         bar = tqdm(experiments, desc="experiments", unit="exp", file=sys.stderr, disable=not progress)
         try:
-            with kept_pools():  # the workers are forked once and stay warm across the experiments
-                for exp in bar:
-                    bar.set_postfix_str(exp.name)
-                    result = run_experiment(exp, config)
-                    write_experiment_report(result, stage / exp.name, exp, config)
-                    done.append((exp, result))
+            for exp in bar:
+                bar.set_postfix_str(exp.name)
+                result = run_experiment(exp, config)
+                write_experiment_report(result, stage / exp.name, exp, config)
+                done.append((exp, result))
         finally:
             bar.close()
         summary = write_index(done, stage, args.profile, not_run=not_run)

@@ -277,13 +277,11 @@ def run(args: argparse.Namespace) -> int:
     from transformer_limits.verify.registry import experiment_spec
     from transformer_limits.verify.running import run_experiment
     from transformer_limits.verify.report import results_payload, write_experiment_report
-    from transformer_limits.verify.sweeps.executors import kept_pools
 
     experiment = experiment_spec(args.name)
     check_out_dir(args.out)
     config = make_config(args, progress=show_progress(args))
-    with kept_pools():  # an experiment of several sweeps forks its workers once
-        result = run_experiment(experiment, config)
+    result = run_experiment(experiment, config)
     if args.out:
         payload = write_experiment_report(result, args.out, experiment, config)
     else:

@@ -5,8 +5,7 @@ worker count, so every worker always has its next point queued).  :func:`execute
 worker runs: one point under a per-process lock, its result encoded as JSON text in a
 ``sweeps.store._PointOutcome``, so only plain text crosses processes and sockets.  Pool workers die with their parent (:func:`init_worker`) and share the
 CPUs' Numba threads; a scheduler address is checked for a dask handshake before any client
-connects (:func:`check_scheduler_address`).  Inside :func:`kept_pools` a process pool serves every
-later sweep of the process instead of being shut down with its own (warm workers).  docs/sweeps.md, "Execution and resume" and
+connects (:func:`check_scheduler_address`).  docs/sweeps.md, "Execution and resume" and
 "Faults and limits", describes the behaviour.
 """
 
@@ -22,14 +21,13 @@ import threading
 import time
 import traceback
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from transformer_limits.errors import SchedulerError
 from transformer_limits.verify.sweeps.grid import canonical_json
 from transformer_limits.verify.sweeps.store import _PointOutcome
 
-__all__ = ["check_scheduler_address", "execute_point", "make_executor", "kept_pools", "KeptPool"]
+__all__ = ["check_scheduler_address", "execute_point", "make_executor"]
 
 #: seconds to connect to a dask scheduler and receive its handshake, and to wait for its first worker
 SCHEDULER_TIMEOUT_S = 10.0
@@ -307,8 +305,7 @@ def _client_address(client: Any) -> str:
 
 
 def make_executor(workers: int, scheduler: Any, mp_context: Any) -> tuple[Any, int]:
-    """The executor and how many points it may hold in flight (inside :func:`kept_pools`, a process
-    pool kept from an earlier sweep of this process where one is alive)."""
+    """The executor and how many points it may hold in flight."""
     if scheduler is not None:
         executor = DaskExecutor(scheduler)
         return executor, executor.capacity
@@ -319,72 +316,13 @@ def make_executor(workers: int, scheduler: Any, mp_context: Any) -> tuple[Any, i
         mp_context = multiprocessing.get_context("forkserver")
     threads = max(1, (os.cpu_count() or 1) // workers)
     method = (mp_context or multiprocessing.get_context()).get_start_method()
-    key = (workers, method, threads)
-    if _KEPT is not None and key in _KEPT:
-        return _KEPT[key], 2 * workers
     parent = os.getpid() if method == "fork" else None  # forkserver/spawn workers have another parent
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp_context, initializer=init_worker,
-                               initargs=(threads, parent))
-    if _KEPT is None:
-        return pool, 2 * workers
-    kept = _KEPT[key] = KeptPool(pool, key)
-    return kept, 2 * workers
-
-
-#: the pools :func:`kept_pools` holds, by (workers, start method, Numba threads); None outside it
-_KEPT: dict[tuple[int, str, int], "KeptPool"] | None = None
-
-
-class KeptPool(Executor):
-    """A process pool that outlives the sweep that started it (see :func:`kept_pools`): a clean
-    ``shutdown`` leaves it running for the next sweep; once :func:`stop_workers` has been called on it
-    (an interrupt, a broken pool) it is shut down for good and forgotten."""
-
-    def __init__(self, pool: ProcessPoolExecutor, key: tuple[int, str, int]):
-        self.pool, self.key, self.stopped = pool, key, False
-
-    @property
-    def _processes(self) -> Any:  # what stop_workers terminates
-        return self.pool._processes  # type: ignore[attr-defined]
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
-        return self.pool.submit(fn, *args, **kwargs)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        if self.stopped or getattr(self.pool, "_broken", False):
-            self.close(wait=wait, cancel_futures=cancel_futures)
-
-    def close(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Shut the pool down for good and forget it."""
-        if _KEPT is not None and _KEPT.get(self.key) is self:
-            del _KEPT[self.key]
-        self.pool.shutdown(wait=wait, cancel_futures=cancel_futures)
-
-
-@contextmanager
-def kept_pools() -> Iterator[None]:
-    """Inside the block, the sweeps' local process pools are kept across sweeps: a report of many
-    experiments (or an experiment of several sweeps) forks its workers once, and they keep what they
-    loaded (kernels, models) from one sweep to the next.  A sweep's points still run one per worker,
-    each as it would in a fresh pool; a pool broken or interrupted is replaced as before.  Closed at
-    the end of the block."""
-    global _KEPT
-    if _KEPT is not None:  # nested: the outer block owns the pools
-        yield
-        return
-    _KEPT = {}
-    try:
-        yield
-    finally:
-        pools, _KEPT = list(_KEPT.values()), None
-        for pool in pools:
-            pool.pool.shutdown(wait=True, cancel_futures=True)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=mp_context, initializer=init_worker,
+                               initargs=(threads, parent)), 2 * workers
 
 
 def stop_workers(executor: Any) -> None:
     """Terminate a process pool's workers now (an interrupt must not wait for running points)."""
-    if isinstance(executor, KeptPool):
-        executor.stopped = True  # its shutdown is now for good
     processes = dict(getattr(executor, "_processes", None) or {})
     for proc in processes.values():
         try:
