@@ -112,7 +112,8 @@ class TwinKernel:
         if choice is False:
             return self.parallel(*args)
         if choice is None:
-            choice = self._choice[shape] = ([], [])
+            timings: tuple[list[float], list[float]] = ([], [])
+            choice = self._choice[shape] = timings
         serial_s, parallel_s = choice
         run_serial = len(serial_s) <= len(parallel_s)  # alternate, serial first
         kernel = self.serial if run_serial else self.parallel
