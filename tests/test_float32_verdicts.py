@@ -24,7 +24,7 @@ FLOAT32 = sorted(e.name for e in list_experiments() if "float32" in e.precisions
 #: contradicted but undecided in the quick profile (power 0.002 against N^-1/4)
 FLOAT64_STATUS = {"propagation-of-chaos": "inconclusive", "synchronization": "pass", "token-independence": "pass"}
 #: the CPU backend of each float32 run: the one its settings name (numba's float32 kernels, or numpy)
-FLOAT32_CPU_BACKEND = {"propagation-of-chaos": "numba", "synchronization": "numpy", "token-independence": "numba"}
+FLOAT32_CPU_BACKEND = {"propagation-of-chaos": "numba", "synchronization": "numba", "token-independence": "numba"}
 
 
 def test_experiments_of_both_papers_declare_float32():
