@@ -39,6 +39,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from transformer_limits import kernel_cache
+from transformer_limits.numeric.vector_width import prefer_wide_vectors
 
 __all__ = ["SERIAL_ONLY_S", "TIMINGS", "KINDS", "numba_thread_count", "TwinKernel", "TwinModule", "serial_source",
            "load_twins", "forced"]
@@ -164,6 +165,7 @@ def load_twins(path: Path) -> TwinModule:
     path = Path(path)
     loaded = _LOADED.get(path)
     if loaded is None:
+        prefer_wide_vectors()  # before Numba's first compilation in the process (vector_width.py)
         parallel = kernel_cache.load_python_source(path)
         source = serial_source(path.read_text(encoding="utf-8"))
         twin = kernel_cache.write_source(f"{path.stem}_serial{path.suffix}", source)
