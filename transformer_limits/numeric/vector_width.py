@@ -25,6 +25,7 @@ code, reductions under ``reassoc`` may differ in the last bits.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 __all__ = ["ENV_VAR", "prefer_wide_vectors", "wide_vectors_active"]
 
@@ -40,6 +41,12 @@ def _numba_target_initialised() -> bool:
     return "_toplevel_target_context" in vars(cpu_target)  # a cached_property, set on first compilation
 
 
+def _numba_config() -> Any:
+    from numba.core import config  # its attributes are set from the environment at import: untyped
+
+    return config
+
+
 def prefer_wide_vectors() -> bool:
     """Switch Numba to 512-bit vectors if the conditions above hold (once per process); True when the
     process compiles with them."""
@@ -47,7 +54,8 @@ def prefer_wide_vectors() -> bool:
     if _decided is not None:
         return _decided
     import llvmlite.binding as ll
-    from numba.core import config
+
+    config = _numba_config()
 
     features = ll.get_host_cpu_features()
     wanted = (os.environ.get(ENV_VAR, "512") != "256"
@@ -62,6 +70,5 @@ def prefer_wide_vectors() -> bool:
 
 def wide_vectors_active() -> bool:
     """True when Numba's configured CPU features turn ``prefer-256-bit`` off."""
-    from numba.core import config
-
-    return bool(config.CPU_FEATURES) and config.CPU_FEATURES.endswith(_TUNING)
+    features = _numba_config().CPU_FEATURES
+    return bool(features) and str(features).endswith(_TUNING)
