@@ -142,3 +142,86 @@ def test_the_smallest_sizes_are_accepted_and_the_standard_error_is_the_sample_on
     per_chain = np.log(np.linalg.norm(w, axis=1)) / 0.1
     assert est.estimate == pytest.approx(per_chain.mean(), rel=1e-12)
     assert est.standard_error == pytest.approx(abs(per_chain[0] - per_chain[1]) / 2, rel=1e-12)
+
+
+# --- the reduced sampler: the step at x = e_1, v = e_2 from components and a Bartlett Gram factor ---
+
+def invariant_statistics(x, v, field, jac_v):
+    """The inner products the growth is a function of: rotation invariants of (x, v, G, DG v)."""
+    def dot(p, q):
+        return np.sum(p * q, axis=1)
+    return {"<G,x>": dot(field, x), "<G,v>": dot(field, v), "|G|²": dot(field, field),
+            "<DGv,x>": dot(jac_v, x), "<DGv,v>": dot(jac_v, v), "|DGv|²": dot(jac_v, jac_v),
+            "<G,DGv>": dot(field, jac_v)}
+
+
+def reduced_frame(d):
+    n = 2 + min(d - 2, 3)
+    x, v = np.zeros((SAMPLES, n)), np.zeros((SAMPLES, n))
+    x[:, 0], v[:, 1] = 1.0, 1.0
+    return x, v
+
+
+def reduced_p_value(d, step, activation="relu"):
+    """Smallest KS p-value between the projections sampler at a fixed orthonormal pair of R^d and
+    ``step`` at e_1, e_2 of its reduced space, over the invariant statistics."""
+    phi, dphi = ly.ACTIVATIONS[activation]
+    args = (phi, dphi, M, SIGMA, SIGMA, 1 / np.sqrt(M), 1 / np.sqrt(d))
+    x, v = orthonormal_pairs(np.random.default_rng(98), SAMPLES, d)
+    a = invariant_statistics(x, v, *ly._projections_step(np.random.default_rng(3), x, v, *args))
+    xr, vr = reduced_frame(d)
+    b = invariant_statistics(xr, vr, *step(np.random.default_rng(4), xr, vr, *args))
+    return min(stats.ks_2samp(a[k], b[k]).pvalue for k in a), len(a)
+
+
+@pytest.mark.parametrize("d", [2, 3, 5, 9])
+def test_reduced_step_has_the_invariants_law_of_the_projections_step(d):
+    # d = 2: no orthogonal part; 3, 5: drawn as they are (k = 1, 3); 9: Bartlett (k = 7)
+    p, k = reduced_p_value(d, ly._reduced_step)
+    assert p > ALPHA / k
+
+
+def wrong_bartlett_step(rng, x, v, phi, dphi, width, sigma_u, sigma_w, inv_root_m, inv_root_d):
+    """Wrong on purpose: every Bartlett diagonal χ²_k (the off-diagonal rows then have one degree of
+    freedom too many: |z'_⊥|² ~ χ²_{k+1})."""
+    a, b = ly.hidden_draws(rng, x.shape[0], phi, dphi, width, sigma_u, inv_root_d)
+    k = int(round(inv_root_d ** -2)) - 2
+    along = rng.standard_normal((3, x.shape[0], 2))
+    orthogonal = np.zeros((3, x.shape[0], 3))
+    for i in range(3):
+        orthogonal[i, :, i] = np.sqrt(rng.chisquare(k, x.shape[0]))
+        orthogonal[i, :, :i] = rng.standard_normal((x.shape[0], i))
+    vectors = np.concatenate([along, orthogonal], axis=2)
+    return ly._field_and_jacobian(a, b, vectors[:2], sigma_w * vectors[2], 1 / np.sqrt(width))
+
+
+def test_the_invariants_tests_reject_a_wrong_bartlett_factor():
+    """Power: at d = 9 the planted χ²_{k+1} norms are rejected by the same tests at the same size."""
+    p, k = reduced_p_value(9, wrong_bartlett_step)
+    assert p < ALPHA / k
+
+
+def test_reduced_draws_transcribe_the_wishart_moments():
+    """E|z_⊥|² = k, E<z_⊥, z'_⊥> = 0, Var<z_⊥, z'_⊥> = k, E|b_⊥|² = σ² k (Wishart_3(k, I)), and the
+    components along e_1, e_2 standard normal; k = 7, 200 000 draws, 6-standard-error bands (fixed seed)."""
+    n, d, sigma = 200_000, 9, 0.7
+    (z, zp), b_w = ly.reduced_draws(np.random.default_rng(5), n, d, sigma)
+    k = d - 2
+    zo, zpo, bo = z[:, 2:], zp[:, 2:], b_w[:, 2:]
+    se = 6 / np.sqrt(n)
+    assert np.mean(np.sum(zo * zo, 1)) == pytest.approx(k, abs=se * np.sqrt(2 * k))
+    assert np.mean(np.sum(zpo * zpo, 1)) == pytest.approx(k, abs=se * np.sqrt(2 * k))
+    assert np.mean(np.sum(bo * bo, 1)) == pytest.approx(sigma ** 2 * k, abs=se * sigma ** 2 * np.sqrt(2 * k))
+    cross = np.sum(zo * zpo, 1)
+    assert abs(cross.mean()) < se * np.sqrt(k) and np.var(cross) == pytest.approx(k, rel=0.05)
+    assert abs(np.mean(z[:, :2])) < se and np.var(zp[:, :2]) == pytest.approx(1.0, rel=0.02)
+
+
+@pytest.mark.parametrize("activation, d", [("relu", 5), ("tanh", 12)])
+def test_the_reduced_estimates_agree_with_the_matrices_sampler(activation, d):
+    """Same law of the log-growths: within 4 combined standard errors (false-failure rate 6e-5)."""
+    kw = dict(width=16, dt=0.02, steps=150, chains=512)
+    a = ly.simulate_top_lyapunov(activation, d, 0.1, 0.1, seed=13, sampler="matrices", **kw)
+    b = ly.simulate_top_lyapunov(activation, d, 0.1, 0.1, seed=14, sampler="reduced", **kw)
+    assert abs(a.estimate - b.estimate) < 4 * np.hypot(a.standard_error, b.standard_error)
+    assert b.standard_error == pytest.approx(a.standard_error, rel=0.15)

@@ -74,9 +74,10 @@ class Profile:
     #: settings simulated with more chains than ``chains`` ((activation, d, σ), chains): where |λ_1|
     #: is tiny, 25 % of it is inside the noise of ``chains`` chains (the check's power, docs/verification.md)
     more_chains: tuple[tuple[tuple[str, int, float], int], ...] = ()
-    #: how each step's Gaussian layer is drawn (numeric.sphere.lyapunov.SAMPLERS): the same law either way;
-    #: "projections" draws only U x, U v, W a, W b (3m + 3d normals instead of 2md + m + d per step)
-    sampler: str = "projections"
+    #: how each step's Gaussian layer is drawn (numeric.sphere.lyapunov.SAMPLERS): the same law of the
+    #: log-growths every way; "reduced" draws only what the growth reads (3m + 6 normals and 3 χ² per
+    #: step instead of the projections sampler's 3m + 3d, or 2md + m + d for every matrix entry)
+    sampler: str = "reduced"
 
     def chains_of(self, setting: tuple[str, int, float]) -> int:
         """The chains ``setting`` is simulated with."""
@@ -211,8 +212,8 @@ def run(config: ExperimentConfig, *, formula: Callable[[str, int, float], float]
                      "refinement": [1, 2], "seed": {"count": 1, "base": config.seed}},
             "fixed": {"eps": prof.eps, "chains": prof.chains, "steps": prof.steps, "width": prof.width,
                       "sampler": prof.sampler}}
-    # version 2: the projections sampler (a store written by version 1 holds the matrices sampler's draws)
-    sweep = run_points(config, simulate_point, grid, experiment="lyapunov", version=2)
+    # version 3: the reduced sampler (stores of versions 1 and 2 hold the matrices and projections samplers' draws)
+    sweep = run_points(config, simulate_point, grid, experiment="lyapunov", version=3)
     by_key = {(r["setting"]["activation"], r["setting"]["d"], r["setting"]["sigma"], r["refinement"]): r
               for r in sweep.table}
     estimates = []
