@@ -26,7 +26,7 @@ numba = pytest.importorskip("numba")
 from transformer_limits.numeric import numba_twins  # noqa: E402
 from transformer_limits.numeric.attention.flow_taylor import attention_jet  # noqa: E402
 from transformer_limits.numeric.attention.kernels import AttentionKernels  # noqa: E402
-from transformer_limits.numeric.attention.layer import AttentionLayer  # noqa: E402
+from transformer_limits.numeric.attention.layer import SERIAL_TOKENS, AttentionLayer, _tasks  # noqa: E402
 from transformer_limits.numeric.elementwise import elementwise_activation  # noqa: E402
 from transformer_limits.numeric.flavours import PYTHON_NUMBA  # noqa: E402
 from transformer_limits.numeric.kernel_family import (ATTENTION, ELEMENTWISE_ACTIVATION, FAMILIES,  # noqa: E402
@@ -121,6 +121,26 @@ def test_layer_field_and_adjoint_twins_agree_bit_for_bit(causal, precision):
                 layer.vjp(X, Qs, Ks, Vs, Os, c, cache, PC, lions=False, param_grads=False)[0]]
 
     _assert_bitwise(*_both(run, [layer._module]))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tokens", [SERIAL_TOKENS, SERIAL_TOKENS + 1])
+def test_one_and_many_row_tasks_give_the_blas_layer(tokens, causal):
+    """Either side of SERIAL_TOKENS (one row task; MIN_TASKS tasks with partials summed in finish) the
+    numba field and VJP are the BLAS layer's to rounding."""
+    assert (_tasks(tokens) == 1) is (tokens <= SERIAL_TOKENS)
+    rng = np.random.default_rng(4)
+    d, dk, dv, H = 3, 2, 4, 5
+    X, PC = rng.standard_normal((tokens, d)), rng.standard_normal((tokens, d))
+    Qs, Ks = rng.standard_normal((H, dk, d)), rng.standard_normal((H, dk, d))
+    Vs, Os = rng.standard_normal((H, dv, d)), rng.standard_normal((H, d, dv))
+    c = rng.uniform(0.1, 1.0, H)
+    got, want = (AttentionLayer(d, dk, dv, causal=causal, backend=b) for b in ("numba", "blas"))
+    Fg, cg = got.field(X, Qs, Ks, Vs, Os, c)
+    Fw, cw = want.field(X, Qs, Ks, Vs, Os, c)
+    np.testing.assert_allclose(Fg, Fw, rtol=1e-12, atol=1e-13)
+    for a, b in zip(got.vjp(X, Qs, Ks, Vs, Os, c, cg, PC), want.vjp(X, Qs, Ks, Vs, Os, c, cw, PC), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
 def test_mlp_field_flow_jet_and_elementwise_twins_agree_bit_for_bit():

@@ -91,11 +91,19 @@ _einsum = _c_einsum()
 MIN_TASKS = 16
 
 
+#: up to this many tokens the numba kernels run one row task (a parallel launch does not pay there)
+SERIAL_TOKENS = 32
+
+
 def _tasks(N: int) -> int:
     """Row tasks of the numba kernels (rows i = t, t + T, ... per task t; each task keeps its own
     adjoint partials, summed over t afterwards).  T does not follow the thread count up to
     MIN_TASKS threads, so results are bitwise the same with 1 … 16 Numba threads (e.g. in sweep
-    workers that get fewer threads than the parent)."""
+    workers that get fewer threads than the parent).  Up to SERIAL_TOKENS tokens T = 1: such layers
+    run on the serial twins anyway (numba_twins.py), where T partials of (H, d_k + d_v, N) each were
+    only zeroed and summed again (N = 8, H = 256: 53 of the adjoint's 190 µs)."""
+    if N <= SERIAL_TOKENS:
+        return 1
     return max(1, min(max(MIN_TASKS, numba_thread_count()), N))
 
 
