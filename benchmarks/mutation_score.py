@@ -125,6 +125,10 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
     ("numba_twins", "transformer_limits/numeric/numba_twins.py", ("tests/test_numba_twins.py",)),
     ("lions_taylor", "transformer_limits/verify/experiments/lions_taylor.py",
      ("tests/test_experiment_lions_taylor.py",)),
+    # issue 26, third sitting: the pruned sup of W_2², the vector width
+    ("propagation_of_chaos", "transformer_limits/verify/experiments/propagation_of_chaos.py",
+     ("tests/test_sup_wasserstein.py",)),
+    ("vector_width", "transformer_limits/numeric/vector_width.py", ("tests/test_vector_width.py",)),
     ("devices", "transformer_limits/numeric/devices.py",
      ("tests/test_device_selection.py", "tests/test_precision.py")),
     ("running", "transformer_limits/verify/running.py",

@@ -91,3 +91,12 @@ def test_wide_and_narrow_kernels_differ_by_rounding_only():
         runs[width] = json.loads(out.stdout.strip().splitlines()[-1])
     assert runs["512"]["wide"] is True and runs["256"]["wide"] is False
     np.testing.assert_allclose(runs["512"]["F"], runs["256"]["F"], rtol=1e-13, atol=1e-15)
+
+
+def test_a_bad_width_is_a_value_error_naming_the_variable(monkeypatch):
+    from transformer_limits.numeric import vector_width
+
+    monkeypatch.setattr(vector_width, "_decided", None)
+    monkeypatch.setenv("TRANSFORMER_LIMITS_VECTOR_WIDTH", "wide")
+    with pytest.raises(ValueError, match="TRANSFORMER_LIMITS_VECTOR_WIDTH must be 256 or 512, got 'wide'"):
+        vector_width.prefer_wide_vectors()

@@ -57,8 +57,11 @@ def prefer_wide_vectors() -> bool:
 
     config = _numba_config()
 
+    width = os.environ.get(ENV_VAR, "512")
+    if width not in ("256", "512"):
+        raise ValueError(f"{ENV_VAR} must be 256 or 512, got {width!r}")
     features = ll.get_host_cpu_features()
-    wanted = (os.environ.get(ENV_VAR, "512") != "256"
+    wanted = (width == "512"
               and "NUMBA_CPU_NAME" not in os.environ and "NUMBA_CPU_FEATURES" not in os.environ
               and features.get("avx512f", False) and not _numba_target_initialised())
     if wanted:
