@@ -30,8 +30,9 @@ only through their components along e_1, e_2 and the Gram matrix of their parts 
 which for k = d − 2 ≥ 3 is Wishart_3(k, I) (b_W's part scaled by σ_W): drawn with Bartlett's
 decomposition, the rows of L = [[c_1, 0, 0], [n_21, c_2, 0], [n_31, n_32, c_3]], c_i² ~ χ²_{k−i+1},
 n_ij ~ N(0, 1), stand for the three orthogonal parts in R³ (for k ≤ 3 they are drawn as they are, in
-R^k).  That is 3m + 6 normals and 3 χ² draws per chain and step instead of 3m + 3d (d = 64, m = 16:
-60 instead of 240), in R^{2+min(k,3)} instead of R^d; the chain's positions are not simulated.
+R^k).  U x and b_U enter only through the pre-activations g/√d + b_U ~ N(0, (1/d + σ_U²) I_m), one
+draw per unit.  That is 2m + 6 normals and 3 χ² draws per chain and step instead of 3m + 3d (d = 64,
+m = 16: 38 instead of 240), in R^{2+min(k,3)} instead of R^d; the chain's positions are not simulated.
 """
 
 from __future__ import annotations
@@ -152,11 +153,14 @@ def _projections_step(rng, x, v, phi, dphi, width, sigma_u, sigma_w, inv_root_m,
 
 
 def _reduced_step(rng, x, v, phi, dphi, width, sigma_u, sigma_w, inv_root_m, inv_root_d):
-    """The pair in law at x = e_1, v = e_2 of R^{2+min(d−2,3)} (``x.shape``): g, g', b_U as in
-    :func:`projection_draws`, then z, z', b_W by :func:`reduced_draws` (d = 1/inv_root_d²)."""
-    a, b = hidden_draws(rng, x.shape[0], phi, dphi, width, sigma_u, inv_root_d)
+    """The pair in law at x = e_1, v = e_2 of R^{2+min(d−2,3)} (``x.shape``): the pre-activations
+    g/√d + b_U (m), g' (m), then z, z', b_W by :func:`reduced_draws` (d = 1/inv_root_d²)."""
+    chains = x.shape[0]
+    # the pre-activation g/√d + b_U is one N(0, 1/d + σ_U²) draw per unit: g enters only through it
+    pre = np.sqrt(inv_root_d ** 2 + sigma_u ** 2) * rng.standard_normal((chains, width))
+    a, b = phi(pre), dphi(pre) * rng.standard_normal((chains, width)) * inv_root_d
     d = int(round(inv_root_d ** -2))
-    return _field_and_jacobian(a, b, *reduced_draws(rng, x.shape[0], d, sigma_w), inv_root_m)
+    return _field_and_jacobian(a, b, *reduced_draws(rng, chains, d, sigma_w), inv_root_m)
 
 
 def _field_and_jacobian(a, b, z, b_w, inv_root_m):

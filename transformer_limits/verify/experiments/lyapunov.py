@@ -75,7 +75,7 @@ class Profile:
     #: is tiny, 25 % of it is inside the noise of ``chains`` chains (the check's power, docs/verification.md)
     more_chains: tuple[tuple[tuple[str, int, float], int], ...] = ()
     #: how each step's Gaussian layer is drawn (numeric.sphere.lyapunov.SAMPLERS): the same law of the
-    #: log-growths every way; "reduced" draws only what the growth reads (3m + 6 normals and 3 χ² per
+    #: log-growths every way; "reduced" draws only what the growth reads (2m + 6 normals and 3 χ² per
     #: step instead of the projections sampler's 3m + 3d, or 2md + m + d for every matrix entry)
     sampler: str = "reduced"
 
