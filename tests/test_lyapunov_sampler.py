@@ -217,7 +217,7 @@ def test_reduced_draws_transcribe_the_wishart_moments():
     assert abs(np.mean(z[:, :2])) < se and np.var(zp[:, :2]) == pytest.approx(1.0, rel=0.02)
 
 
-@pytest.mark.parametrize("activation, d", [("relu", 5), ("tanh", 12)])
+@pytest.mark.parametrize("activation, d", [("relu", 2), ("silu", 3), ("relu", 5), ("tanh", 12)])
 def test_the_reduced_estimates_agree_with_the_matrices_sampler(activation, d):
     """Same law of the log-growths: within 4 combined standard errors (false-failure rate 6e-5)."""
     kw = dict(width=16, dt=0.02, steps=150, chains=512)

@@ -56,6 +56,12 @@ def test_a_users_numba_cpu_choice_wins():
     assert got["active"] is False and got["name"] == "generic"
 
 
+def test_a_users_own_feature_string_is_kept_and_not_reported_wide():
+    host = ll.get_host_cpu_features().flatten()
+    got = probe(NUMBA_CPU_FEATURES=host)
+    assert got["active"] is False and got["features"] == host
+
+
 def test_the_opt_out_keeps_llvms_default():
     got = probe(TRANSFORMER_LIMITS_VECTOR_WIDTH="256")
     assert got["active"] is False and got["name"] is None and got["features"] is None
