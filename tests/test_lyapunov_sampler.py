@@ -81,6 +81,11 @@ def test_projections_step_in_the_degenerate_case_a_is_zero():
         warnings.simplefilter("error")  # no 0/0 evaluated on the way, not even in a discarded branch
         field, jac_v = ly._projections_step(rng, x, v, lambda z: np.zeros_like(z), dphi, 4, 0.0, 0.0, 0.5, 1.0)
     assert np.all(field == 0.0) and np.all(np.isfinite(jac_v)) and np.any(jac_v != 0.0)
+    # and W b is |b| z' exactly (no part along z): the draws replayed from the same state
+    replay = np.random.default_rng(0)
+    orthonormal_pairs(replay, 5, 3)
+    _, b, z, _ = ly.projection_draws(replay, x.shape, lambda z: np.zeros_like(z), dphi, 4, 0.0, 0.0, 1.0)
+    np.testing.assert_array_equal(jac_v, (np.linalg.norm(b, axis=1)[:, None] * z[1]) * 0.5)
 
 
 @pytest.mark.parametrize("activation, d", [("relu", 5), ("tanh", 3)])
