@@ -104,15 +104,19 @@ def test_attention_kernels_twins_agree_bit_for_bit(weights):
     _assert_bitwise(*_both(run, [k._module]))
 
 
+def layer_problem(rng, tokens, d, dk, dv, H):
+    """X, PC (tokens, d), Qs, Ks (H, d_k, d), Vs (H, d_v, d), Os (H, d, d_v), c (H,), drawn in that order."""
+    X, PC = rng.standard_normal((tokens, d)), rng.standard_normal((tokens, d))
+    Qs, Ks = rng.standard_normal((H, dk, d)), rng.standard_normal((H, dk, d))
+    Vs, Os = rng.standard_normal((H, dv, d)), rng.standard_normal((H, d, dv))
+    return X, PC, Qs, Ks, Vs, Os, rng.uniform(0.1, 1.0, H)
+
+
 @pytest.mark.parametrize("precision", ["float64", "float32"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_layer_field_and_adjoint_twins_agree_bit_for_bit(causal, precision):
-    rng = np.random.default_rng(1)
     d, dk, dv, H = 3, 2, 4, 3
-    X, PC = rng.standard_normal((N, d)), rng.standard_normal((N, d))
-    Qs, Ks = rng.standard_normal((H, dk, d)), rng.standard_normal((H, dk, d))
-    Vs, Os = rng.standard_normal((H, dv, d)), rng.standard_normal((H, d, dv))
-    c = rng.uniform(0.1, 1.0, H)
+    X, PC, Qs, Ks, Vs, Os, c = layer_problem(np.random.default_rng(1), N, d, dk, dv, H)
     layer = AttentionLayer(d, dk, dv, causal=causal, backend="numba", precision=precision)
 
     def run():
@@ -129,12 +133,8 @@ def test_one_and_many_row_tasks_give_the_blas_layer(tokens, causal):
     """Either side of SERIAL_TOKENS (one row task; MIN_TASKS tasks with partials summed in finish) the
     numba field and VJP are the BLAS layer's to rounding."""
     assert (_tasks(tokens) == 1) is (tokens <= SERIAL_TOKENS)
-    rng = np.random.default_rng(4)
     d, dk, dv, H = 3, 2, 4, 5
-    X, PC = rng.standard_normal((tokens, d)), rng.standard_normal((tokens, d))
-    Qs, Ks = rng.standard_normal((H, dk, d)), rng.standard_normal((H, dk, d))
-    Vs, Os = rng.standard_normal((H, dv, d)), rng.standard_normal((H, d, dv))
-    c = rng.uniform(0.1, 1.0, H)
+    X, PC, Qs, Ks, Vs, Os, c = layer_problem(np.random.default_rng(4), tokens, d, dk, dv, H)
     got, want = (AttentionLayer(d, dk, dv, causal=causal, backend=b) for b in ("numba", "blas"))
     Fg, cg = got.field(X, Qs, Ks, Vs, Os, c)
     Fw, cw = want.field(X, Qs, Ks, Vs, Os, c)
