@@ -8,7 +8,8 @@ here needs SymPy at run time.
 * attention (docs/theory.md §A.3): :func:`attention_kernels` (generated kernels of one head and its
   flat/Lions derivatives), :func:`multi_head_field`, :func:`attention_layer` (forward and VJP);
 * paper A models: :class:`AttentionTransformer`, :func:`init_params`, the losses, the mean-field
-  limit :class:`MeanFieldLimit` with :class:`HeadLaw`, :func:`train_adamw`, and the Lie-series
+  limit :class:`MeanFieldLimit` with :class:`HeadLaw`, :func:`train_adamw`, its RK4 map with the exact
+  gradient :func:`forward_taped` (:class:`RK4Tape`), and the Lie-series
   expansion of the flow :func:`flow_taylor_expansion`;
 * optimizers: :class:`AdamW`, :class:`BlockwiseAdamW` and their parameter box
   (:func:`adamw_box_radius`, docs/adamw.md), :class:`Muon`, :class:`NorMuon`, :class:`Dion`,
@@ -78,6 +79,8 @@ _EXPORTS = {
     "RK4Result": "attention.mean_field",
     "train_adamw": "attention.mean_field",
     "TrainingHistory": "attention.mean_field",
+    "forward_taped": "attention.rk4_tape",
+    "RK4Tape": "attention.rk4_tape",
     "flow_taylor_expansion": "attention.flow_taylor",
     "reference_flow": "attention.flow_taylor",
     # optimizers

@@ -304,18 +304,18 @@ class _LawOnRuntime:
         assert self.phis is not None
         return self.phis[self.index[t]]
 
-    def field(self, t: float, X: Any) -> Any:
-        """F = Gamma(t, X) (B N, d)."""
+    def field(self, t: float, X: Any, cache: Any = None) -> Any:
+        """F = Gamma(t, X) (B N, d); its layer cache in ``cache`` (default: the one slot of the last call)."""
         F = self.rt.empty((self.ops.B * self.N, self.d))
-        self.ops.field(X, self.theta(t), self.c, 1, None, F, self.cache)
+        self.ops.field(X, self.theta(t), self.c, 1, None, F, self.cache if cache is None else cache)
         return F
 
-    def vjp(self, t: float, X: Any, P: Any, with_grads: bool = True) -> tuple[Any, tuple[Any, ...] | None]:
+    def vjp(self, t: float, X: Any, P: Any, with_grads: bool = True, cache: Any = None):
         """xbar (N, d) and the per-atom gradients (dQ, dK, dV, dO) (A, ...) (None without ``with_grads``)
-        for the cache of the last :meth:`field` call (same t, same X); B = 1."""
+        for the cache of the :meth:`field` call at the same (t, X) (default: the last call's); B = 1."""
         xbar = self.rt.empty((self.N, self.d))
         grads = tuple(self.rt.empty(shape) for shape in self.shapes) if with_grads else None
-        self.ops.vjp(X, self.theta(t), self.c, 1, self.cache, P, None, xbar, grads)
+        self.ops.vjp(X, self.theta(t), self.c, 1, self.cache if cache is None else cache, P, None, xbar, grads)
         return xbar, grads
 
 

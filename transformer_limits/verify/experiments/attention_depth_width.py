@@ -9,7 +9,8 @@ training with AdamW.
 error is ``sup_{X0 in B_R^N} |A(X0)^1 - B(X0)^1|``: unmasked attention is permutation-equivariant, so
 the worst token can be taken to be token 1 and ``sup_X0 max_i |A^i - B^i| = sup_X0 |A^1 - B^1|``.  The
 sup is estimated by projected Adam *ascent* on all N tokens (gradients from the models' adjoints:
-:meth:`AttentionTransformer.backward` and :meth:`MeanFieldLimit.adjoint`), ``restarts`` random starts
+:meth:`AttentionTransformer.backward` and the exact gradient of the limit's RK4 map,
+:func:`~transformer_limits.numeric.attention.rk4_tape.forward_taped`), ``restarts`` random starts
 (uniform ball, sphere), projection onto the ball after every step
 (:func:`~transformer_limits.verify.input_search.sup_error`, the project's AdamW with λ = 0); the reported
 value is the largest error evaluated (every evaluated input is a lower bound of the sup) and the worst
@@ -261,7 +262,7 @@ def run_families(config: ExperimentConfig, s: dict[str, Any], head_scale: str = 
     grid = {"zip": {"task": {k: [t[k] for t in tasks] for k in ("family", "j", "a", "b")}},
             "fixed": {"settings": jsonable_settings(s), "base_seed": config.seed, "head_scale": head_scale,
                       "lions_sign": lions_sign}}
-    sweep = run_points(config, evaluate_task, grid, experiment=experiment, version=3)
+    sweep = run_points(config, evaluate_task, grid, experiment=experiment, version=4)
     nL, nH, nc = len(s["L_levels"]), len(s["H_levels"]), len(s["cross_L"])
     arrays = {"depth": np.empty((nL, s["seeds_L"])), "depth_trained": np.empty((nL, s["seeds_L"])),
               "heads": np.empty((nH, s["seeds_H"])), "heads_trained": np.empty((nH, s["seeds_H"])),

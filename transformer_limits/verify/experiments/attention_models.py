@@ -5,7 +5,7 @@ docs/paper_a_experiments.md).
 
 * :func:`discrete_map` / :func:`limit_map`: X0 (N, d) -> (output (N, d), vjp) of the discrete network
   (:class:`AttentionTransformer`, adjoint :meth:`~AttentionTransformer.backward`) and of the RK4 MV-ODE
-  (:class:`MeanFieldLimit`, N-scaled adjoint), the :class:`~transformer_limits.verify.input_search.InputMap`
+  (:class:`MeanFieldLimit`, gradient of the RK4 map from its taped stages), the :class:`~transformer_limits.verify.input_search.InputMap`
   the sup search ascends;
 * :class:`PaperAModels`: the exact-expectation, i.i.d.-head and training networks plus the limit for
   one settings dict, and the maps and trained head laws the error families need;
@@ -36,6 +36,7 @@ from transformer_limits.numeric.attention.mean_field import (
     discrete_node_loss_and_grad,
     train_adamw,
 )
+from transformer_limits.numeric.attention.rk4_tape import forward_taped
 from transformer_limits.numeric.attention.transformer import (
     AdjointPass,
     AttentionTransformer,
@@ -83,11 +84,12 @@ def discrete_map(model: AttentionTransformer, params: dict[str, np.ndarray], hea
 
 
 def limit_map(mf: MeanFieldLimit, law: HeadLaw, steps: int) -> InputMap:
-    """X_1(X0) of the MV-ODE; the vjp is P_0 / N of the N-scaled adjoint started at P_1 = N r."""
+    """X_1(X0) of the MV-ODE by ``steps`` RK4 steps; the vjp is the exact gradient of that RK4 map from
+    the stages its forward pass kept (:func:`~transformer_limits.numeric.attention.rk4_tape.forward_taped`:
+    the ascent climbs the function it evaluates, and no field is evaluated twice)."""
     def evaluate(X0: np.ndarray):
-        res = mf.forward(X0, law, steps)
-        N = X0.shape[0]
-        return res.final, lambda r: mf.adjoint(res.final, N * r, law, steps, node_grads=False)[1] / N
+        tape = forward_taped(mf, X0, law, steps)
+        return tape.final, tape.vjp
     return InputMap(evaluate)
 
 

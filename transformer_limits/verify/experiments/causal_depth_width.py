@@ -15,8 +15,9 @@ token N the whole sequence), so the error is ``sup_X0 max_i |A(X0)^i − B(X0)^i
 ascent of :func:`~transformer_limits.verify.input_search.sup_error` with ``token="max"`` ascends, at
 every iterate, the error of the token that is worst there.  The limit is
 :class:`~transformer_limits.numeric.attention.mean_field.MeanFieldLimit` (``causal=True``), RK4 on
-``limit_steps`` steps; its input-gradient is the N-scaled adjoint with Lions weights
-w_ji = 1_{i<=j}/j (token i influences the later tokens j through their prefix measures).
+``limit_steps`` steps; its input-gradient is the exact gradient of that RK4 map (the layer VJPs at
+its stages carry the Lions weights w_ji = 1_{i<=j}/j: token i influences the later tokens j through
+their prefix measures).
 
 **Errors, checks, statistics**: those of ``attention-depth-width``
 (:mod:`~transformer_limits.verify.experiments.attention_depth_width`, whose families and verdicts

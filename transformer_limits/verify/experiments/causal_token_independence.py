@@ -131,7 +131,7 @@ def _sweep(config: ExperimentConfig, s: dict[str, Any], counting_head: float) ->
     grid = {"grid": {"j": list(range(s["seeds"]))},
             "fixed": {"settings": jsonable_settings(s), "base_seed": config.seed,
                       "counting_head": float(counting_head)}}
-    sweep = run_points(config, evaluate_point, grid, experiment=NAME, version=1)
+    sweep = run_points(config, evaluate_point, grid, experiment=NAME, version=2)
     n, seeds = len(s["N_levels"]), s["seeds"]
     arrays = {"errors": np.empty((n, seeds)), "worst_token": np.empty((n, seeds), dtype=int),
               "profile": np.empty((n, 3, seeds)), "position_sups": np.empty((n + 1, seeds))}

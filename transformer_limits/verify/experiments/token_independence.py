@@ -139,7 +139,7 @@ def token_errors_sweep(config: ExperimentConfig, s: dict[str, Any], *,
     grid = {"grid": {"j": list(range(s["seeds"]))},
             "fixed": {"settings": jsonable_settings(s), "base_seed": config.seed,
                       "counting_head": float(counting_head)}}
-    sweep = run_points(config, evaluate_point, grid, experiment="token-independence", version=3)
+    sweep = run_points(config, evaluate_point, grid, experiment="token-independence", version=4)
     out = np.empty((len(s["N_levels"]), s["seeds"]))
     worst = WorstInputs(s["radius"])
     for record in sweep.records:
