@@ -101,6 +101,40 @@ def test_the_runner_records_seed_settings_and_wall_time():
     assert run_experiment(own, ExperimentConfig()).provenance["settings"] == {"levels": [4]}
 
 
+def _spinning_child(seconds: float) -> None:
+    import time
+
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_the_runner_records_the_cpu_time_of_the_run_and_of_its_ended_children():
+    """``cpu_s`` counts a child process that ended during the run (a sweep's pool workers) and not
+    time spent waiting: a run that sleeps 0.3 s costs little CPU, one whose child spins 0.3 s of CPU
+    costs at least that."""
+    import multiprocessing
+    import time
+
+    def waiting(config):
+        time.sleep(0.3)
+        return ExperimentResult("decl", config.profile, checks=[_check("a")])
+
+    def spawning(config):
+        child = multiprocessing.get_context("fork").Process(target=_spinning_child, args=(0.3,))
+        child.start()
+        child.join()
+        return ExperimentResult("decl", config.profile, checks=[_check("a")])
+
+    timings = {}
+    for name, run in (("waiting", waiting), ("spawning", spawning)):
+        exp = Experiment(name="decl", title="t", paper="A", claim="c", derivations=(), checks=(CheckSpec("a"),),
+                         run=run)
+        timings[name] = run_experiment(exp, ExperimentConfig()).provenance["timings"]
+    assert timings["waiting"]["run_s"] >= 0.3 and timings["waiting"]["cpu_s"] < 0.2
+    assert timings["spawning"]["cpu_s"] >= 0.29
+
+
 def test_a_built_in_experiment_reads_alpha_and_tolerance_from_its_declaration():
     from transformer_limits.verify.experiments import sde_limit
 

@@ -407,6 +407,7 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
     entries = []
     for exp, res in results:
         run_s = res.provenance.get("timings", {}).get("run_s")
+        cpu_s = res.provenance.get("timings", {}).get("cpu_s")
         states = [c.state for c in res.checks]
         entries.append({
             "name": exp.name, "title": exp.title, "paper": exp.paper, "status": res.status,
@@ -415,7 +416,7 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
             "checks_failed": states.count("fail"), "checks_total": len(res.checks),
             "failed_checks": [c.name for c in res.failed_checks],
             "inconclusive_checks": [c.name for c in res.inconclusive_checks], "time_s": run_s,
-            "device": res.provenance.get("device"), "precision": res.provenance.get("precision"),
+            "cpu_s": cpu_s, "device": res.provenance.get("device"), "precision": res.provenance.get("precision"),
             "precision_error": res.provenance.get("precision_error"), "report": f"{exp.name}/report.md",
             "html": f"{exp.name}/report.html", "results": f"{exp.name}/results.json"})
     # the run's device (one config for every experiment; null when they differ or none ran)
@@ -430,6 +431,7 @@ def write_index(results: Sequence[tuple[Experiment, ExperimentResult]], out_dir:
         "n_passed": statuses.count("pass"), "n_inconclusive": statuses.count("inconclusive"),
         "n_failed": statuses.count("fail"), "n_errors": statuses.count("error"),
         "total_time_s": sum(e["time_s"] or 0.0 for e in entries),
+        "total_cpu_s": sum(e["cpu_s"] or 0.0 for e in entries),
         "device": devices.pop() if len(devices) == 1 else None,
         "device_reason": reasons.pop() if len(reasons) == 1 else None,
         "experiments": entries, "not_run": [dict(e) for e in not_run],

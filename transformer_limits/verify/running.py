@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import importlib.util
+import resource
 import tempfile
 import time
 import traceback
@@ -125,7 +126,7 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
     why = missing_requirement(experiment)
     if why is not None:
         raise InputError(f"experiment {experiment.name} cannot run here: {why}")
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), cpu_seconds()
     try:
         result = experiment.run(config)
         if not isinstance(result, ExperimentResult):
@@ -155,7 +156,7 @@ def run_experiment(experiment: Experiment, config: ExperimentConfig, *,
                 result.error = "; ".join(errors)
             elif used == "float32":
                 _record_precision_error(result, experiment, config)
-    _record_provenance(result, experiment, config, time.perf_counter() - start)
+    _record_provenance(result, experiment, config, time.perf_counter() - start, cpu_seconds() - cpu_start)
     _record_device(result, target)
     result.provenance["precision"] = used
     if used != requested:
@@ -194,11 +195,19 @@ def _record_device(result: ExperimentResult, target: RunTarget) -> None:
         result.notes.append(f"device {target.device}: {c.reason}")
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its children that have ended (a sweep's pool
+    workers, once the pool is shut down): the difference over a run is the CPU the run cost."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def _record_provenance(result: ExperimentResult, experiment: Experiment, config: ExperimentConfig,
-                       elapsed: float) -> None:
-    """What every run records (the run's own entries win, except the wall time)."""
+                       elapsed: float, cpu: float) -> None:
+    """What every run records (the run's own entries win, except the wall and CPU times: ``run_s``, and
+    ``cpu_s``, the CPU seconds of this process and of the worker processes the run started)."""
     prov = result.provenance
-    prov["timings"] = {**prov.get("timings", {}), "run_s": elapsed}
+    prov["timings"] = {**prov.get("timings", {}), "run_s": elapsed, "cpu_s": cpu}
     prov.setdefault("seed", config.seed)
     prov.setdefault("seeds", {"base": config.seed})
     settings = experiment.settings.get(config.profile)
