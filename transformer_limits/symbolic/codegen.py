@@ -250,11 +250,13 @@ def lane_max_lines(row: str, stop: str, lanes: int, weights: str | None = None) 
         return f"l{x} = {entry} if {weights}[{at}] > 0.0 else -math.inf" if weights else f"l{x} = {entry}"
 
     names = [f"m{x}" for x in range(lanes)]
-    out = ([f"{m} = -math.inf" for m in names] + ["j = 0", f"while j + {lanes - 1} < {stop}:"]
+    # indices as j = lanes * jb + x with jb, x from range(): Numba wraps a negative index around, and
+    # only an index built from range() counters is one LLVM can prove non-negative (no select per load)
+    out = ([f"{m} = -math.inf" for m in names] + [f"for jb in range({stop} // {lanes}):", f"    j = {lanes} * jb"]
            + ["    " + load(str(x), f"j + {x}") for x in range(lanes)]
            + [f"    m{x} = l{x} if l{x} > m{x} else m{x}" for x in range(lanes)]
-           + [f"    j += {lanes}", f"while j < {stop}:", "    " + load("0", "j"), "    m0 = l0 if l0 > m0 else m0",
-              "    j += 1"])
+           + [f"for jr in range({stop} % {lanes}):", f"    j = {stop} - {stop} % {lanes} + jr", "    " + load("0", "j"),
+              "    m0 = l0 if l0 > m0 else m0"])
     while len(names) > 1:  # pairwise combination
         out += [f"{x} = {y} if {y} > {x} else {x}" for x, y in zip(names[::2], names[1::2])]
         names = names[::2]
