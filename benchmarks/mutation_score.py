@@ -129,11 +129,15 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
     ("propagation_of_chaos", "transformer_limits/verify/experiments/propagation_of_chaos.py",
      ("tests/test_sup_wasserstein.py",)),
     ("vector_width", "transformer_limits/numeric/vector_width.py", ("tests/test_vector_width.py",)),
+    # issue 26, fourth sitting: the taped RK4 map and its gradient, the symmetric self-attention gate
+    ("rk4_tape", "transformer_limits/numeric/attention/rk4_tape.py", ("tests/test_rk4_tape.py?",)),
+    ("attention_kernels", "transformer_limits/numeric/attention/kernels.py",
+     ("tests/test_symmetric_attention.py?", "tests/test_attention_kernels.py")),
     ("devices", "transformer_limits/numeric/devices.py",
      ("tests/test_device_selection.py", "tests/test_precision.py")),
     ("running", "transformer_limits/verify/running.py",
      ("tests/test_precision.py", "tests/test_device_selection.py", "tests/test_check_spec.py?",
-      "tests/test_result_validation.py?")),
+      "tests/test_result_validation.py?", "tests/test_experiment_declarations.py?")),
     # issue 21: power of every check, results validated before a verdict
     ("power", "transformer_limits/verify/stats/power.py", ("tests/test_power.py",)),
     ("result_validation", "transformer_limits/verify/result_validation.py", ("tests/test_result_validation.py",)),

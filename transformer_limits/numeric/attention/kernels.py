@@ -28,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from transformer_limits.numeric.attention.reference import check_magnitudes
-from transformer_limits.numeric.flavours import PYTHON_NUMPY
+from transformer_limits.numeric.flavours import PYTHON_NUMBA, PYTHON_NUMPY
 from transformer_limits.numeric.precision import DTYPES, resolve_precision
 from transformer_limits.numeric.runtime import Runtime
 from transformer_limits.numeric.kernel_family import ATTENTION, load_source
@@ -145,10 +145,20 @@ class AttentionKernels:
 
     def self_attention(self, Q, K, V) -> Callable[[np.ndarray], np.ndarray]:
         """X -> A(x_i, mu_X) (N, d_v) for fixed (Q, K, V) and uniform weights, for loops that evaluate
-        the same head many times on small inputs: (Q, K, V) are checked and put on the runtime once.
-        The same kernels on the same arrays as :meth:`attention` ``(X, X, Q, K, V)``, so the same
-        numbers bit for bit, with the per-call checks and copies reduced (a ``BoundSelfAttention``)."""
+        the same head many times: (Q, K, V) are checked and put on the runtime once.  The same kernels
+        on the same arrays as :meth:`attention` ``(X, X, Q, K, V)``, so the same numbers bit for bit,
+        with the per-call checks and copies reduced (a ``BoundSelfAttention``) -- except where the
+        numba flavour's symmetric kernel serves (Q^T K symmetric, N >= 64): the same attention to
+        round-off, with half the exponentials."""
         return BoundSelfAttention(self, Q, K, V)
+
+
+#: the fewest tokens for which :class:`BoundSelfAttention` takes the symmetric kernel (below, the
+#: per-row scratch sweeps cost more than the halved exponentials save)
+SYMMETRIC_MIN_TOKENS = 64
+#: the largest logit bound the symmetric kernel's constant shift may be: shifted logits then lie in
+#: [-16, 0], so no exponential underflows and each keeps its relative precision
+SYMMETRIC_MAX_SHIFT = 8.0
 
 
 class BoundSelfAttention:
@@ -158,7 +168,15 @@ class BoundSelfAttention:
     contract of :func:`~transformer_limits.numeric.attention.reference.check_magnitudes` is kept
     exactly but evaluated once per new magnitude: with Y = X and uniform weights every forward bound
     (features, logits, values) is non-decreasing in log10 max|X|, so an X whose max |entry| is at most
-    that of an X already accepted with the same N is accepted without recomputing the bounds."""
+    that of an X already accepted with the same N is accepted without recomputing the bounds.
+
+    **Symmetric logits** (numba flavour, ``symmetric``): when Q^T K is symmetric (checked exactly once),
+    e_ij = exp(<q_i, k_j> - c) = e_ji, so each pair's exponential serves both rows; the numba source's
+    ``symmetric_forward`` evaluates the N (N - 1) / 2 pairs i < j once, shifted by the constant
+    c = max_i |q_i| max_j |k_j| >= every logit (Cauchy-Schwarz) in place of the row maxima, for
+    N >= :data:`SYMMETRIC_MIN_TOKENS` and c <= :data:`SYMMETRIC_MAX_SHIFT` (else the general kernel).
+    The attention equals the general kernel's to round-off (the softmax does not depend on its shift;
+    tests/test_symmetric_attention.py), not bit for bit."""
 
     def __init__(self, kernels: AttentionKernels, Q, K, V):
         d, d_k, d_v = kernels.d, kernels.d_k, kernels.d_v
@@ -170,6 +188,10 @@ class BoundSelfAttention:
         self._rt = Runtime(kernels.backend, kernels.precision)
         self._QKV = tuple(self._rt.put(a) for a in (Q, K, V))
         self._accepted: dict[int, float] = {}  # N -> largest max|X| accepted so far
+        S = Q.T @ K
+        #: the numba flavour's ``symmetric_forward`` serves X with N >= SYMMETRIC_MIN_TOKENS when
+        #: <Q x, K y> = <Q y, K x> for all x, y (Q^T K symmetric: attractive or repulsive heads beta I)
+        self.symmetric = kernels.flavour is PYTHON_NUMBA and np.array_equal(S, S.T)
 
     def __call__(self, X) -> np.ndarray:
         k, rt, m = self.kernels, self._rt, self.kernels._module
@@ -182,10 +204,19 @@ class BoundSelfAttention:
             check_magnitudes(X, X, self.Q, self.K, self.V, np.full(N, 1.0 / N))
             self._accepted[N] = size
         dX = rt.put(X)
-        dw = rt.put(np.full(N, 1.0 / N))
         dQ, dK, dV = self._QKV
         KF, VF, UF = rt.empty((N, k.d_k)), rt.empty((N, k.d_v)), rt.empty((N, k.d))
         rt.call(m, "key_features", N, dX, dQ, dK, dV, KF, VF, UF, sizes=(N,))
+        if self.symmetric and N >= SYMMETRIC_MIN_TOKENS:
+            QF = np.ascontiguousarray(dX @ dQ.T)
+            # Cauchy-Schwarz: every logit <q_i, k_j> lies in [-shift, shift]
+            shift = float(np.sqrt(np.max(np.sum(QF * QF, axis=1)) * np.max(np.sum(KF * KF, axis=1))))
+            if shift <= SYMMETRIC_MAX_SHIFT:
+                A = rt.empty((N, k.d_v))
+                rt.call(m, "symmetric_forward", N, np.ascontiguousarray(QF.T), np.ascontiguousarray(KF.T),
+                        np.ascontiguousarray(VF.T), shift, A)
+                return A
+        dw = rt.put(np.full(N, 1.0 / N))
         A, logz = rt.empty((N, k.d_v)), rt.empty((N,))
         rt.call(m, "forward", N, dX, dw, dQ, dK, dV, KF, VF, A, logz, sizes=(N, N))
         return rt.get(A)

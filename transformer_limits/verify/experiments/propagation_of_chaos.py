@@ -172,7 +172,7 @@ def chaos_errors_sweep(config: ExperimentConfig, s: dict[str, Any]) -> tuple[dic
     settings = jsonable_settings(s)
     grid = {"grid": {"d": list(s["dims"]), "j": list(range(s["seeds"]))},
             "fixed": {"settings": settings, "base_seed": config.seed}}
-    sweep = run_points(config, evaluate_point, grid, experiment="propagation-of-chaos", version=1)
+    sweep = run_points(config, evaluate_point, grid, experiment="propagation-of-chaos", version=2)
     out = {d: np.empty((len(s["N_levels"]), s["seeds"])) for d in s["dims"]}
     seconds: dict[str, float] = {}
     for record in sweep.records:
