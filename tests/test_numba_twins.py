@@ -25,7 +25,7 @@ numba = pytest.importorskip("numba")
 
 from transformer_limits.numeric import numba_twins  # noqa: E402
 from transformer_limits.numeric.attention.flow_taylor import attention_jet  # noqa: E402
-from transformer_limits.numeric.attention.kernels import AttentionKernels  # noqa: E402
+from transformer_limits.numeric.attention.kernels import SYMMETRIC_MIN_TOKENS, AttentionKernels  # noqa: E402
 from transformer_limits.numeric.attention.layer import SERIAL_TOKENS, AttentionLayer, _tasks  # noqa: E402
 from transformer_limits.numeric.elementwise import elementwise_activation  # noqa: E402
 from transformer_limits.numeric.flavours import PYTHON_NUMBA  # noqa: E402
@@ -96,10 +96,12 @@ def test_attention_kernels_twins_agree_bit_for_bit(weights):
     Q, K, V = rng.standard_normal((dk, d)), rng.standard_normal((dk, d)), rng.standard_normal((dv, d))
     w = rng.uniform(0, 1, M) if weights else None
     k = AttentionKernels(d, dk, dv, "numba")
+    # a symmetric head (Q^T K = diag(1, 1, 0)) on enough tokens for the symmetric kernel
+    E, Z = np.eye(d)[:dk], rng.uniform(-0.5, 0.5, (SYMMETRIC_MIN_TOKENS + 3, d))
 
     def run():
         return [k.attention(X, Y, Q, K, V, w), k.jacobian(X, Y, Q, K, V, w), k.lions_derivative(X, Y, Q, K, V, w),
-                k.flat_derivative(X, Y, Q, K, V, w), k.self_attention(Q, K, V)(X)]
+                k.flat_derivative(X, Y, Q, K, V, w), k.self_attention(Q, K, V)(X), k.self_attention(E, E, V)(Z)]
 
     _assert_bitwise(*_both(run, [k._module]))
 
@@ -119,10 +121,16 @@ def test_layer_field_and_adjoint_twins_agree_bit_for_bit(causal, precision):
     X, PC, Qs, Ks, Vs, Os, c = layer_problem(np.random.default_rng(1), N, d, dk, dv, H)
     layer = AttentionLayer(d, dk, dv, causal=causal, backend="numba", precision=precision)
 
+    stacked = [np.ascontiguousarray(np.stack([a, 0.5 * a])) for a in (Qs, Ks, Vs, Os, c)]  # two layers
+
     def run():
         F, cache = layer.field(X, Qs, Ks, Vs, Os, c)
+        states, p = np.zeros((3,) + X.shape, layer.dtype), np.zeros((3,) + X.shape, layer.dtype)
+        states[0], p[2] = X, PC
+        stack = layer.field_stack(states, *(a.astype(layer.dtype) for a in stacked))
+        layer.xbar_stack(p, *(a.astype(layer.dtype) for a in stacked), stack)
         return [F, *layer.vjp(X, Qs, Ks, Vs, Os, c, cache, PC, lions=True),
-                layer.vjp(X, Qs, Ks, Vs, Os, c, cache, PC, lions=False, param_grads=False)[0]]
+                layer.vjp(X, Qs, Ks, Vs, Os, c, cache, PC, lions=False, param_grads=False)[0], states, p]
 
     _assert_bitwise(*_both(run, [layer._module]))
 

@@ -224,6 +224,24 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
     out += kernel("forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F)", forward, njit_pairs)
     out += kernel("adjoint(PC, Qs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, XJ)", adjoint, njit_pairs)
     out += kernel("finish(KBP, VBP, Ks, Vs, XJ, lions, KBT, VBT, XB)", finish)
+    # whole stacks of L layers in one call (residual x_{r+1} = x_r + F_r(x_r), p_r = p_{r+1} + xbar_r): the
+    # same kernels in the same order as L host calls, without L times the Python and dispatch overhead
+    residual = lambda arr, out, a, b: ["for i in range(N):"] + [  # noqa: E731
+        f"    {arr}[{out}, i, {e}] = {arr}[{a}, i, {e}] + {b}[i, {e}]" for e in range(d)]
+    forward_stack = (["L = Qs.shape[0]", "N = states.shape[1]", "for r in range(L):"]
+                     + ["    " + s_ for s_ in ["features(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])",
+                                               "forward(QF[r], KT[r], VT[r], Os[r], c[r], beta, causal, T, A[r], "
+                                               "LOGZ[r], F)"] + residual("states", "r + 1", "r", "F")])
+    adjoint_stack = (["L = Qs.shape[0]", "N = p.shape[1]", "for r in range(L - 1, -1, -1):"]
+                     + ["    " + s_ for s_ in ["adjoint(p[r + 1], Qs[r], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], "
+                                               "beta, causal, QBAR, KBP, VBP, XJ)",
+                                               "finish(KBP, VBP, Ks[r], Vs[r], XJ, lions, KBT, VBT, XB)"]
+                        + residual("p", "r", "r + 1", "XB")])
+    stack_jit = "@numba.njit(parallel=False, cache=True, fastmath=False)"
+    out += kernel("forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOGZ, F)",
+                  forward_stack, stack_jit)
+    out += kernel("adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, XJ, "
+                  "KBT, VBT, XB)", adjoint_stack, stack_jit)
     return typed_python_source("\n".join(out) + "\n", precision)
 
 

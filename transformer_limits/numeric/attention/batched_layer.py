@@ -53,12 +53,16 @@ def layer_ops(layer: AttentionLayer, B: int, H: int, N: int, *, resident: bool =
 
 
 class HostCaches:
-    """Host caches of n layers for B problems: ``layer(r)`` is the list of B :class:`LayerCache`."""
+    """Host caches of n layers for B problems: ``layer(r)`` is the list of B :class:`LayerCache`;
+    ``stacked``: the same caches as one ``LayerStack`` when a single problem's layers ran as a stack
+    (``AttentionLayer.field_stack``), else None."""
 
-    def __init__(self, slots: list[list[Any]]):
-        self.slots = slots
+    def __init__(self, slots: list[list[Any]] | None, stacked: Any = None):
+        self.slots, self.stacked = slots, stacked
 
     def layer(self, r: int) -> list[Any]:
+        if self.slots is None:  # a stack: layer r's views, made when asked for
+            return [self.stacked.layer(r)]
         return self.slots[r]
 
 
@@ -115,7 +119,10 @@ class HostLayer:
                     g[b * self.H:(b + 1) * self.H] = dg
 
     def layer_caches(self, caches: HostCaches) -> Sequence[LayerCache]:
-        """Problem 0's cache of every layer (the single-problem ``ForwardPass.caches``)."""
+        """Problem 0's cache of every layer (the single-problem ``ForwardPass.caches``; a stack's views
+        are made when indexed)."""
+        if caches.slots is None:
+            return caches.stacked
         return [slot[0] for slot in caches.slots]
 
 

@@ -161,6 +161,30 @@ class LayerCache:
     LOGZ: np.ndarray | None = None
 
 
+@dataclass
+class LayerStack:
+    """The caches of L layers run by :meth:`AttentionLayer.field_stack`, stacked: QF (L, H, N, d_k), KT
+    (L, H, d_k, N), VT (L, H, d_v, N), A (L, H, N, d_v), LOGZ (L, H, N)."""
+
+    QF: np.ndarray
+    KT: np.ndarray
+    VT: np.ndarray
+    A: np.ndarray
+    LOGZ: np.ndarray
+
+    def layer(self, r: int) -> LayerCache:
+        """Layer r's cache (views), as :meth:`AttentionLayer.field` returns it."""
+        return LayerCache(A=self.A[r], QF=self.QF[r], KF=self.KT[r], VF=self.VT[r], LOGZ=self.LOGZ[r])
+
+    def __getitem__(self, r: int) -> LayerCache:  # a sequence of the layer caches (ForwardPass.caches)
+        if not -len(self) <= r < len(self):
+            raise IndexError(r)
+        return self.layer(r)
+
+    def __len__(self) -> int:
+        return int(self.A.shape[0])
+
+
 class AttentionLayer:
     """Field and VJP of one attention layer for fixed shapes, mask, temperature and backend."""
 
@@ -256,6 +280,39 @@ class AttentionLayer:
         A, LOGZ, F = rt.empty((H, N, self.d_v)), rt.empty((H, N)), rt.empty((N, self.d))
         rt.call(m, "forward", N, QF, KT, VT, Os, c, self.beta, self.causal, _tasks(N), A, LOGZ, F)
         return F, LayerCache(A=A, QF=QF, KF=KT, VF=VT, LOGZ=LOGZ)
+
+    # ------------------------------------------------------------------ stacks of layers (numba host)
+    @property
+    def runs_stacks(self) -> bool:
+        """Whether :meth:`field_stack` / :meth:`xbar_stack` run here (the generated host kernels: numba)."""
+        return self.runtime is not None and self.dev is None
+
+    def field_stack(self, states, Qs, Ks, Vs, Os, c) -> "LayerStack":
+        """x_{r+1} = x_r + F_r(x_r), r = 0..L-1, in one call of the numba ``forward_stack`` (the kernels
+        of :meth:`field` in the same order, so the same numbers bit for bit): ``states`` (L+1, N, d) with
+        x_0 set is filled in place; Qs.. (L, H, ...), c (L, H); all C-contiguous in the layer's dtype.
+        Returns the L layer caches, stacked."""
+        rt, m = self.runtime, self._module
+        assert rt is not None and self.dev is None, "field_stack runs the numba host kernels"
+        (L, H), N = Qs.shape[:2], states.shape[1]
+        st = LayerStack(rt.empty((L, H, N, self.d_k)), rt.empty((L, H, self.d_k, N)), rt.empty((L, H, self.d_v, N)),
+                        rt.empty((L, H, N, self.d_v)), rt.empty((L, H, N)))
+        rt.call(m, "forward_stack", N, states, Qs, Ks, Vs, Os, c, self.beta, self.causal, _tasks(N), st.QF, st.KT,
+                st.VT, st.A, st.LOGZ, rt.empty((N, self.d)))
+        return st
+
+    def xbar_stack(self, p, Qs, Ks, Vs, Os, c, stack: "LayerStack", lions: bool = True) -> None:
+        """p_r = p_{r+1} + xbar_r(p_{r+1}), r = L-1..0, in one call of the numba ``adjoint_stack`` (the
+        kernels of :meth:`vjp` without parameter gradients, same order, same numbers): ``p`` (L+1, N, d)
+        with p_L set is filled in place; ``stack`` is :meth:`field_stack`'s."""
+        rt, m = self.runtime, self._module
+        assert rt is not None and self.dev is None, "xbar_stack runs the numba host kernels"
+        H, N = Qs.shape[1], p.shape[1]
+        T = _tasks(N)
+        KBP, VBP = _partials(T, H, self.d_k, self.d_v, N, self.dtype)
+        rt.call(m, "adjoint_stack", N, p, Qs, Ks, Vs, Os, c, stack.QF, stack.KT, stack.VT, stack.A, stack.LOGZ,
+                self.beta, self.causal, bool(lions), rt.empty((H, N, self.d_k)), KBP, VBP, rt.empty((N, self.d)),
+                rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d)))
 
     # ------------------------------------------------------------------ vjp
     def vjp(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, *, lions: bool = True, param_grads: bool = True):

@@ -113,8 +113,8 @@ def init_params(L: int, H: int, d: int, d_k: int, d_v: int, *, seed: int = 0, in
     return out
 
 
-def _heads(arrays: dict[str, Any], r: int) -> tuple[Any, Any, Any, Any]:
-    """Layer r of stacked (L, ...) head arrays, in the order (Q, K, V, O) (views)."""
+def _heads(arrays: dict[str, Any], r: int | slice) -> tuple[Any, Any, Any, Any]:
+    """Layer r (or the layers of a slice) of stacked (L, ...) head arrays, in the order (Q, K, V, O) (views)."""
     return arrays["Q"][r], arrays["K"][r], arrays["V"][r], arrays["O"][r]
 
 
@@ -358,6 +358,10 @@ class AttentionTransformer:
         dc = rt.put(np.ascontiguousarray(c.transpose(1, 0, 2)).reshape(L, B * H))  # (L, B H)
         states = rt.empty((L + 1, B * N, d))
         ops.copy_in(states, 0, X.reshape(B * N, d))
+        if B == 1 and shared and isinstance(ops, HostLayer) and self.layer.runs_stacks:
+            # one kernel call for the L layers (numba): same kernels, same numbers, no per-layer overhead
+            stack = self.layer.field_stack(states, *_heads(dp, slice(None)), dc)
+            return _Run(ops, B, L, H, N, dc, states, HostCaches(None, stack))
         caches = ops.caches(L)
         PB = 1 if shared else B
         for r in range(L):
@@ -375,6 +379,10 @@ class AttentionTransformer:
         PB = 1 if shared else B  # the layout of these parameters (the caches are per problem either way)
         p = rt.empty((L + 1, B * N, d))
         ops.copy_in(p, L, pL.reshape(B * N, d))
+        stack = getattr(run.caches, "stacked", None)
+        if stack is not None and not with_grads and shared:  # the input adjoints alone, one kernel call
+            self.layer.xbar_stack(p, *_heads(dp, slice(None)), run.c, stack, self.lions_term)
+            return rt.get(p).reshape(L + 1, B, N, d), {}
         shapes = param_shapes(L, B * H, d, self.d_k, self.d_v)
         grads = {k: rt.empty(shapes[k]) for k in PARAM_NAMES} if with_grads else None
         for r in range(L - 1, -1, -1):

@@ -1,0 +1,75 @@
+"""Whole stacks of layers in one numba call (``forward_stack`` / ``adjoint_stack``).
+
+The discrete transformer is x_{r+1} = x_r + F_r(x_r) and its input adjoint p_r = p_{r+1} + xbar_r(p_{r+1})
+(docs/theory.md §A.2).  The stacks run the layer's own kernels in the same order, so a transformer's
+forward and input-adjoint passes must equal that recursion written out with ``AttentionLayer.field`` /
+``vjp`` bit for bit, masked or not, for N on both sides of the serial-task threshold; the parameter
+gradients of a stacked forward pass (per-layer path on the stacked caches) must equal those of the
+written-out recursion too.  A stack that skipped one layer's residual would fail every comparison.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from transformer_limits.numeric.attention.layer import SERIAL_TOKENS
+from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params
+
+
+def written_out(model, params, X0, pL):
+    """The recursions with one layer call each: states, caches, adjoints, per-layer gradients."""
+    L, H = params["Q"].shape[:2]
+    c = model.head_weights(L, H, None)
+    heads = lambda r: (params["Q"][r], params["K"][r], params["V"][r], params["O"][r], c[r])  # noqa: E731
+    states, caches = [np.asarray(X0, dtype=np.float64)], []
+    for r in range(L):
+        F, cache = model.layer.field(states[r], *heads(r))
+        states.append(states[r] + F)
+        caches.append(cache)
+    p, grads = [None] * L + [pL], {k: [None] * L for k in "QKVO"}
+    for r in range(L - 1, -1, -1):
+        xbar, *dtheta = model.layer.vjp(states[r], *heads(r), caches[r], p[r + 1], lions=model.lions_term)
+        p[r] = p[r + 1] + xbar
+        for k, g in zip("QKVO", dtheta):
+            grads[k][r] = g
+    return np.stack(states), np.stack(p), {k: np.stack(v) for k, v in grads.items()}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("N", [1, 7, SERIAL_TOKENS + 5])
+@pytest.mark.parametrize("L", [1, 3])
+def test_stacked_passes_are_the_written_out_recursions_bit_for_bit(causal, N, L):
+    model = AttentionTransformer(3, 2, 2, causal=causal, backend="numba")
+    assert model.layer.runs_stacks
+    params = init_params(L, 4, 3, 2, 2, seed=N + L, gain=1.5)
+    rng = np.random.default_rng([N, L, causal])
+    X0, pL = rng.uniform(-1, 1, (N, 3)), rng.normal(size=(N, 3))
+    states, p, grads = written_out(model, params, X0, pL)
+    fwd = model.forward(X0, params)
+    assert fwd.run is not None and fwd.run.caches.stacked is not None  # the stack ran
+    assert np.array_equal(fwd.states, states)
+    assert np.array_equal(model.backward(fwd, params, pL, grads=False).p, p)
+    full = model.backward(fwd, params, pL)  # gradients: the per-layer path on the stacked caches
+    assert np.array_equal(full.p, p)
+    for k in "QKVO":
+        assert np.array_equal(full.grads[k], grads[k]), k
+
+
+def test_the_flipped_lions_term_reaches_the_stack():
+    """lions_term=False drops the Lions term in the stacked adjoint as in the per-layer one."""
+    params = init_params(2, 3, 3, 2, 2, seed=1, gain=1.5)
+    rng = np.random.default_rng(2)
+    X0, pL = rng.uniform(-1, 1, (9, 3)), rng.normal(size=(9, 3))
+    right = AttentionTransformer(3, 2, 2, backend="numba")
+    wrong = AttentionTransformer(3, 2, 2, backend="numba", lions_term=False)
+    p_wrong = wrong.backward(wrong.forward(X0, params), params, pL, grads=False).p
+    assert np.array_equal(p_wrong, written_out(wrong, params, X0, pL)[1])
+    assert np.abs(p_wrong - right.backward(right.forward(X0, params), params, pL, grads=False).p).max() > 1e-3
+
+
+def test_other_backends_keep_the_per_layer_path():
+    model = AttentionTransformer(3, 2, 2, backend="blas")
+    assert not model.layer.runs_stacks
+    fwd = model.forward(np.zeros((4, 3)), init_params(2, 2, 3, 2, 2, seed=0))
+    assert getattr(fwd.run.caches, "stacked", None) is None
