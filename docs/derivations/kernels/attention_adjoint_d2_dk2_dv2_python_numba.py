@@ -107,8 +107,8 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
                 m1 = -math.inf
                 m2 = -math.inf
                 m3 = -math.inf
-                j = 0
-                while j + 3 < stop:
+                for jb in range(stop // 4):
+                    j = 4 * jb
                     l0 = row[j + 0]
                     l1 = row[j + 1]
                     l2 = row[j + 2]
@@ -117,11 +117,10 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
                     m1 = l1 if l1 > m1 else m1
                     m2 = l2 if l2 > m2 else m2
                     m3 = l3 if l3 > m3 else m3
-                    j += 4
-                while j < stop:
+                for jr in range(stop % 4):
+                    j = stop - stop % 4 + jr
                     l0 = row[j]
                     m0 = l0 if l0 > m0 else m0
-                    j += 1
                 m0 = m1 if m1 > m0 else m0
                 m2 = m3 if m3 > m2 else m2
                 m0 = m2 if m2 > m0 else m0
@@ -360,3 +359,27 @@ def finish(KBP, VBP, Ks, Vs, XJ, lions, KBT, VBT, XB):
                     xl_1 = K_0_1*kb_0 + K_1_1*kb_1 + V_0_1*vb_0 + V_1_1*vb_1
                     XB[j, 0] += xl_0
                     XB[j, 1] += xl_1
+
+
+@numba.njit(parallel=False, cache=True, fastmath=False)
+def forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOGZ, F):
+    L = Qs.shape[0]
+    N = states.shape[1]
+    for r in range(L):
+        features(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])
+        forward(QF[r], KT[r], VT[r], Os[r], c[r], beta, causal, T, A[r], LOGZ[r], F)
+        for i in range(N):
+            states[r + 1, i, 0] = states[r, i, 0] + F[i, 0]
+            states[r + 1, i, 1] = states[r, i, 1] + F[i, 1]
+
+
+@numba.njit(parallel=False, cache=True, fastmath=False)
+def adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, XJ, KBT, VBT, XB):
+    L = Qs.shape[0]
+    N = p.shape[1]
+    for r in range(L - 1, -1, -1):
+        adjoint(p[r + 1], Qs[r], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], beta, causal, QBAR, KBP, VBP, XJ)
+        finish(KBP, VBP, Ks[r], Vs[r], XJ, lions, KBT, VBT, XB)
+        for i in range(N):
+            p[r, i, 0] = p[r + 1, i, 0] + XB[i, 0]
+            p[r, i, 1] = p[r + 1, i, 1] + XB[i, 1]

@@ -86,8 +86,8 @@ def forward(X, w, Q, K, V, KF, VF, A, LOGZ):
             m1 = -math.inf
             m2 = -math.inf
             m3 = -math.inf
-            j = 0
-            while j + 3 < M:
+            for jb in range(M // 4):
+                j = 4 * jb
                 l0 = row[j + 0] if w[j + 0] > 0.0 else -math.inf
                 l1 = row[j + 1] if w[j + 1] > 0.0 else -math.inf
                 l2 = row[j + 2] if w[j + 2] > 0.0 else -math.inf
@@ -96,11 +96,10 @@ def forward(X, w, Q, K, V, KF, VF, A, LOGZ):
                 m1 = l1 if l1 > m1 else m1
                 m2 = l2 if l2 > m2 else m2
                 m3 = l3 if l3 > m3 else m3
-                j += 4
-            while j < M:
+            for jr in range(M % 4):
+                j = M - M % 4 + jr
                 l0 = row[j] if w[j] > 0.0 else -math.inf
                 m0 = l0 if l0 > m0 else m0
-                j += 1
             m0 = m1 if m1 > m0 else m0
             m2 = m3 if m3 > m2 else m2
             m0 = m2 if m2 > m0 else m0
@@ -116,6 +115,45 @@ def forward(X, w, Q, K, V, KF, VF, A, LOGZ):
             A[i, 0] = acc_0 / s
             A[i, 1] = acc_1 / s
             LOGZ[i] = m + math.log(s)
+
+
+@numba.njit(parallel=False, cache=True, fastmath={"contract", "reassoc"})
+def symmetric_forward(QT, KT, VT, shift, A):
+    N = QT.shape[1]
+    E = numpy.empty(N)
+    CS = numpy.zeros(N)
+    CV = numpy.zeros((2, N))
+    for i in range(N):
+        q_0 = QT[0, i]
+        q_1 = QT[1, i]
+        vi_0 = VT[0, i]
+        vi_1 = VT[1, i]
+        k_0 = KT[0, i]
+        k_1 = KT[1, i]
+        logit = k_0*q_0 + k_1*q_1
+        e = fast_exp(logit - shift)
+        s = e
+        acc_0 = e * vi_0
+        acc_1 = e * vi_1
+        for jj in range(N - 1 - i):
+            j = i + 1 + jj
+            k_0 = KT[0, j]
+            k_1 = KT[1, j]
+            logit = k_0*q_0 + k_1*q_1
+            e = fast_exp(logit - shift)
+            E[j] = e
+            s += e
+            acc_0 += e * VT[0, j]
+            acc_1 += e * VT[1, j]
+        for jj in range(N - 1 - i):
+            CS[i + 1 + jj] += E[i + 1 + jj]
+        for jj in range(N - 1 - i):
+            CV[0, i + 1 + jj] += E[i + 1 + jj] * vi_0
+        for jj in range(N - 1 - i):
+            CV[1, i + 1 + jj] += E[i + 1 + jj] * vi_1
+        s += CS[i]
+        A[i, 0] = (acc_0 + CV[0, i]) / s
+        A[i, 1] = (acc_1 + CV[1, i]) / s
 
 
 @numba.njit(parallel=True, cache=True, fastmath=False)

@@ -287,11 +287,11 @@ class AttentionLayer:
         """Whether :meth:`field_stack` / :meth:`xbar_stack` run here (the generated host kernels: numba)."""
         return self.runtime is not None and self.dev is None
 
-    def field_stack(self, states, Qs, Ks, Vs, Os, c) -> "LayerStack":
+    def field_stack(self, states, Qs, Ks, Vs, Os, c) -> Any:
         """x_{r+1} = x_r + F_r(x_r), r = 0..L-1, in one call of the numba ``forward_stack`` (the kernels
         of :meth:`field` in the same order, so the same numbers bit for bit): ``states`` (L+1, N, d) with
         x_0 set is filled in place; Qs.. (L, H, ...), c (L, H); all C-contiguous in the layer's dtype.
-        Returns the L layer caches, stacked."""
+        Returns the L layer caches, stacked (a ``LayerStack``)."""
         rt, m = self.runtime, self._module
         assert rt is not None and self.dev is None, "field_stack runs the numba host kernels"
         (L, H), N = Qs.shape[:2], states.shape[1]
@@ -301,7 +301,7 @@ class AttentionLayer:
                 st.VT, st.A, st.LOGZ, rt.empty((N, self.d)))
         return st
 
-    def xbar_stack(self, p, Qs, Ks, Vs, Os, c, stack: "LayerStack", lions: bool = True) -> None:
+    def xbar_stack(self, p, Qs, Ks, Vs, Os, c, stack: Any, lions: bool = True) -> None:
         """p_r = p_{r+1} + xbar_r(p_{r+1}), r = L-1..0, in one call of the numba ``adjoint_stack`` (the
         kernels of :meth:`vjp` without parameter gradients, same order, same numbers): ``p`` (L+1, N, d)
         with p_L set is filled in place; ``stack`` is :meth:`field_stack`'s."""
