@@ -252,6 +252,24 @@ def test_process_pool_matches_serial(tmp_path):
     np.testing.assert_array_equal(pool.column("mean"), serial.column("mean"))
 
 
+def thread_counts(point: dict) -> dict:
+    import numba
+    from threadpoolctl import threadpool_info
+
+    blas = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    return {"numba": numba.get_num_threads(), "blas": blas}
+
+
+def test_pool_workers_get_their_share_of_numba_and_blas_threads(tmp_path):
+    """Each of W pool workers gets cpus // W Numba threads and as many BLAS threads: a forked worker
+    would otherwise keep an OpenBLAS pool of every core, spin-waiting against the other workers."""
+    share = max(1, (os.cpu_count() or 1) // 2)
+    pool = run_sweep(thread_counts, {"grid": {"k": [0, 1, 2, 3]}}, tmp_path / "t.sqlite", workers=2, progress=False)
+    for record in pool.records:
+        result = record.completed_result
+        assert result["numba"] == share and result["blas"] and set(result["blas"]) == {share}, result
+
+
 def test_dask_scheduler_matches_serial(tmp_path):
     distributed = pytest.importorskip(
         "distributed", reason="dask.distributed not installed (extra 'distributed')")

@@ -4,7 +4,7 @@
 worker count, so every worker always has its next point queued).  :func:`execute_point` is what a
 worker runs: one point under a per-process lock, its result encoded as JSON text in a
 ``sweeps.store._PointOutcome``, so only plain text crosses processes and sockets.  Pool workers die with their parent (:func:`init_worker`) and share the
-CPUs' Numba threads; a scheduler address is checked for a dask handshake before any client
+CPUs' Numba and BLAS threads; a scheduler address is checked for a dask handshake before any client
 connects (:func:`check_scheduler_address`).  docs/sweeps.md, "Execution and resume" and
 "Faults and limits", describes the behaviour.
 """
@@ -37,12 +37,16 @@ SCHEDULER_TIMEOUT_S = 10.0
 _POINT_LOCK = threading.Lock()
 
 
-def _limit_numba_threads(threads: int) -> None:
-    """Pool initializer: each of W workers gets cpus // W Numba threads (no oversubscription)."""
+def _limit_threads(threads: int) -> None:
+    """Pool initializer: each of W workers gets cpus // W Numba threads and as many BLAS threads (no
+    oversubscription: a forked worker inherits an OpenBLAS pool of every core, whose threads spin-wait
+    against the other workers' after each call)."""
     import numba
+    from threadpoolctl import threadpool_limits
 
     # numba.config assigns NUMBA_NUM_THREADS through globals() at import, out of mypy's sight
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
+    threadpool_limits(limits=max(1, threads), user_api="blas")
 
 
 # Linux has prctl(PR_SET_PDEATHSIG); elsewhere (or with this off, as a test does) a watchdog thread
@@ -83,13 +87,13 @@ def _exit_with_parent(expected_parent: int | None = None) -> None:
 
 def init_worker(threads: int, parent: int | None = None) -> None:
     """Pool initializer: signals (the parent handles SIGINT/SIGTERM and stops the workers; a fork
-    inherits its Python handlers), die with the parent, and the Numba thread share."""
+    inherits its Python handlers), die with the parent, and the Numba and BLAS thread share."""
     import signal
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent(parent)
-    _limit_numba_threads(threads)
+    _limit_threads(threads)
 
 
 def execute_point(fn: Callable[[dict[str, Any]], Mapping[str, Any]],
