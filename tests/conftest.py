@@ -103,12 +103,6 @@ def pytest_configure_node(node):
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:
-        # each xdist worker gets its share of the cores for BLAS, as a sweep worker does: OpenBLAS pools
-        # of every core per worker spin-wait against each other
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=max(1, _cpus() // max(1, int(workerinput.get("workercount", 1)))), user_api="blas")
     if workerinput is not None and workerinput.get("tl_dist") == "loadgroup":
         config.option.loadgroup = True  # read by xdist's worker when it names the groups of the items
         if hasattr(config.option, "benchmark_disable"):
