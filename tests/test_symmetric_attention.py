@@ -103,3 +103,37 @@ def test_float32_kernel_agrees_with_float64():
 def test_numpy_flavour_never_takes_it():
     assert not attention_kernels(3, 3, 3, "numpy").self_attention(np.eye(3), np.eye(3), np.eye(3)).symmetric
     assert attention_kernels_module.SYMMETRIC_MIN_TOKENS >= 2
+
+
+def _axis_tokens(N: int, d: int, radius: float) -> np.ndarray:
+    """N tokens on the coordinate axes (+-radius e_a): every norm exactly radius in floating point."""
+    axes = np.concatenate([np.eye(d), -np.eye(d)]) * radius
+    return np.ascontiguousarray(np.resize(axes, (N, d)))
+
+
+@pytest.mark.parametrize("N, radius, taken", [
+    (SYMMETRIC_MIN_TOKENS, 2.0, True),        # the fewest tokens; bound c = |2 x| |x| = 8 exactly
+    (SYMMETRIC_MIN_TOKENS - 1, 2.0, False),   # one token too few
+    (SYMMETRIC_MIN_TOKENS, 2.0 * 1.01, False),  # c = 8 * 1.0201 > SYMMETRIC_MAX_SHIFT
+])
+def test_the_gate_takes_the_symmetric_kernel_exactly_at_its_boundaries(N, radius, taken):
+    """Which kernel ran, at the two boundaries of the gate (a spy on the module's kernel)."""
+    assert SYMMETRIC_MAX_SHIFT == 8.0  # the bound below is built to sit on it
+    k = attention_kernels(3, 3, 3, "numba")
+    bound = k.self_attention(2.0 * np.eye(3), np.eye(3), np.eye(3))
+    calls = []
+    kernel = k._module.symmetric_forward
+
+    def spy(*args):
+        calls.append(args[3])  # the shift
+        return kernel(*args)
+
+    k._module.symmetric_forward = spy
+    try:
+        X = _axis_tokens(N, 3, radius)
+        got = bound(X)
+    finally:
+        k._module.symmetric_forward = kernel
+    assert bool(calls) is taken and (not taken or calls == [8.0])
+    want = reference(X, 2.0 * np.eye(3), np.eye(3), np.eye(3))
+    assert np.abs(got - want).max() <= 1e-14 * np.abs(want).max()
