@@ -478,3 +478,86 @@ def test_changing_the_seed_base_reruns_points(tmp_path):
 
 def _echo_seed(point):
     return {"seen": point["seed"]}
+
+
+# -- pools kept between sweeps (a report) ----------------------------------------------------------
+
+
+def worker_pid(point: dict) -> dict:
+    return {"pid": os.getpid()}
+
+
+def spin_cpu(point: dict) -> dict:
+    end = time.process_time() + point["seconds"]
+    while time.process_time() < end:
+        pass
+    return {"pid": os.getpid()}
+
+
+def kill_first_time(point: dict) -> dict:
+    """SIGKILLs its own worker the first time point 1 runs (a marker file remembers)."""
+    marker = Path(point["dir"]) / "seen"
+    if point["i"] == 1 and not marker.exists():
+        marker.write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"y": point["i"] ** 2}
+
+
+def _pids(result) -> set[int]:
+    return {r.completed_result["pid"] for r in result.records}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat")
+    return not (state.exists() and state.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+def test_shared_pools_reuse_the_workers_across_sweeps_and_stop_them_on_leaving(tmp_path):
+    """Inside ``shared_pools`` the second sweep runs on the first one's workers (started and
+    initialised once per report); outside, each sweep starts its own; leaving stops them."""
+    from transformer_limits.verify.sweeps import shared_pools
+
+    grid = {"grid": {"k": [0, 1, 2, 3, 4, 5]}}
+    apart = [_pids(run_sweep(worker_pid, grid, tmp_path / f"a{i}.sqlite", workers=2, progress=False))
+             for i in range(2)]
+    assert not apart[0] & apart[1]
+    with shared_pools():
+        first = run_sweep(worker_pid, grid, tmp_path / "s0.sqlite", workers=2, progress=False)
+        second = run_sweep(worker_pid, grid, tmp_path / "s1.sqlite", workers=2, progress=False)
+        assert _pids(second) <= _pids(first) and all(_alive(p) for p in _pids(first))
+        # results do not depend on the pool: the same rows as a serial sweep
+        serial = run_sweep(noisy_point, SPEC, tmp_path / "n0.sqlite", workers=1, progress=False)
+        kept = run_sweep(noisy_point, SPEC, tmp_path / "n1.sqlite", workers=2, progress=False)
+        assert rows_of(kept) == rows_of(serial)
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in _pids(first)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in _pids(first))
+
+
+def test_a_report_counts_the_cpu_of_kept_workers_that_are_still_running(tmp_path):
+    """``cpu_seconds`` (the runner's ``cpu_s``) includes the live workers of a kept pool, which
+    ``getrusage(RUSAGE_CHILDREN)`` would count only once they end."""
+    from transformer_limits.verify.running import cpu_seconds
+    from transformer_limits.verify.sweeps import shared_pools
+
+    with shared_pools():
+        before = cpu_seconds()
+        run_sweep(spin_cpu, {"grid": {"k": [0, 1]}, "fixed": {"seconds": 0.3}}, tmp_path / "c.sqlite",
+                  workers=2, progress=False)
+        assert cpu_seconds() - before >= 0.59
+
+
+def test_a_kept_pool_broken_by_a_killed_worker_is_replaced_for_the_next_sweep(tmp_path):
+    from transformer_limits.verify.sweeps import shared_pools
+
+    spec = {"grid": {"i": [0, 1, 2, 3]}, "fixed": {"dir": str(tmp_path)}}
+    with shared_pools():
+        res = run_sweep(kill_first_time, spec, tmp_path / "k.sqlite", workers=2, progress=False)
+        assert res.complete and res.column("y").tolist() == [0, 1, 4, 9]
+        after = run_sweep(worker_pid, {"grid": {"k": [0, 1, 2]}}, tmp_path / "p.sqlite", workers=2, progress=False)
+        assert after.complete

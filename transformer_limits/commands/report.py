@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
     from transformer_limits.atomic_write import replaced_directory
     from transformer_limits.verify.running import run_experiment
+    from transformer_limits.verify.sweeps.executors import shared_pools
     from transformer_limits.commands.verify import STATE_WORDS
     from transformer_limits.verify.report import report_entries, summary_counts, write_experiment_report, write_index
 
@@ -118,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     tqdm.monitor_interval = 0
     config = make_config(args, progress=progress)
     done = []
-    with replaced_directory(args.out, owned=report_entries) as stage:
+    # one process pool for the whole report: its workers start and load their kernels once
+    with replaced_directory(args.out, owned=report_entries) as stage, shared_pools():
         bar = tqdm(experiments, desc="experiments", unit="exp", file=sys.stderr, disable=not progress)
         try:
             for exp in bar:

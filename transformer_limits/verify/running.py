@@ -196,10 +196,13 @@ def _record_device(result: ExperimentResult, target: RunTarget) -> None:
 
 
 def cpu_seconds() -> float:
-    """User + system CPU seconds of this process and of its children that have ended (a sweep's pool
-    workers, once the pool is shut down): the difference over a run is the CPU the run cost."""
+    """User + system CPU seconds of this process, of its children that have ended (a sweep's pool
+    workers, once the pool is shut down) and of the live workers of the pools a report keeps between
+    sweeps: the difference over a run is the CPU the run cost."""
+    from transformer_limits.verify.sweeps.executors import shared_workers_cpu_seconds
+
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + shared_workers_cpu_seconds()
 
 
 def _record_provenance(result: ExperimentResult, experiment: Experiment, config: ExperimentConfig,

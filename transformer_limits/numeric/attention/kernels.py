@@ -194,32 +194,48 @@ class BoundSelfAttention:
         self.symmetric = kernels.flavour is PYTHON_NUMBA and np.array_equal(S, S.T)
 
     def __call__(self, X) -> np.ndarray:
-        k, rt, m = self.kernels, self._rt, self.kernels._module
-        X = _as_f64("X", X, 2)
-        N = X.shape[0]
-        if X.shape[1] != k.d or N == 0:
-            raise ValueError(f"X must have shape (N >= 1, {k.d}), got {X.shape}")
+        """A (N, d_v) of X (N, d); B systems X (B, N, d) give (B, N, d_v): checked and put once, then
+        one launch per system into a view of one output (bitwise B calls)."""
+        k, rt = self.kernels, self._rt
+        X = np.asarray(X)
+        X = _as_f64("X", X, 3 if X.ndim == 3 else 2)
+        N = X.shape[-2]
+        if X.shape[-1] != k.d or N == 0 or X.size == 0:
+            raise ValueError(f"X must have shape (N >= 1, {k.d}) or (B, N, {k.d}), got {X.shape}")
         size = float(np.max(np.abs(X)))
         if not size <= self._accepted.get(N, -1.0):
-            check_magnitudes(X, X, self.Q, self.K, self.V, np.full(N, 1.0 / N))
+            # the bounds grow with max|X| (class docstring): the system holding it decides for all
+            worst = X if X.ndim == 2 else X[int(np.argmax(np.max(np.abs(X), axis=(1, 2))))]
+            check_magnitudes(worst, worst, self.Q, self.K, self.V, np.full(N, 1.0 / N))
             self._accepted[N] = size
         dX = rt.put(X)
+        scratch = (rt.empty((N, k.d_k)), rt.empty((N, k.d_v)), rt.empty((N, k.d)), rt.empty((N,)),
+                   rt.put(np.full(N, 1.0 / N)))
+        A = rt.empty((*X.shape[:-1], k.d_v))
+        if X.ndim == 2:
+            self._attention(dX, A, scratch)
+        else:
+            for b in range(X.shape[0]):
+                self._attention(dX[b], A[b], scratch)
+        return rt.get(A)
+
+    def _attention(self, dX: Any, A: Any, scratch: tuple[Any, ...]) -> None:
+        """One system's attention of dX (N, d) into A (N, d_v); ``scratch`` = key, value and U
+        features, log-partition and token weights, overwritten."""
+        k, rt, m = self.kernels, self._rt, self.kernels._module
+        N = dX.shape[0]
         dQ, dK, dV = self._QKV
-        KF, VF, UF = rt.empty((N, k.d_k)), rt.empty((N, k.d_v)), rt.empty((N, k.d))
+        KF, VF, UF, logz, dw = scratch
         rt.call(m, "key_features", N, dX, dQ, dK, dV, KF, VF, UF, sizes=(N,))
         if self.symmetric and N >= SYMMETRIC_MIN_TOKENS:
             QF = np.ascontiguousarray(dX @ dQ.T)
             # Cauchy-Schwarz: every logit <q_i, k_j> lies in [-shift, shift]
             shift = float(np.sqrt(np.max(np.sum(QF * QF, axis=1)) * np.max(np.sum(KF * KF, axis=1))))
             if shift <= SYMMETRIC_MAX_SHIFT:
-                A = rt.empty((N, k.d_v))
                 rt.call(m, "symmetric_forward", N, np.ascontiguousarray(QF.T), np.ascontiguousarray(KF.T),
                         np.ascontiguousarray(VF.T), shift, A)
-                return A
-        dw = rt.put(np.full(N, 1.0 / N))
-        A, logz = rt.empty((N, k.d_v)), rt.empty((N,))
+                return
         rt.call(m, "forward", N, dX, dw, dQ, dK, dV, KF, VF, A, logz, sizes=(N, N))
-        return rt.get(A)
 
 
 @lru_cache(maxsize=64)

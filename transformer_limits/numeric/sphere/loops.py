@@ -197,9 +197,9 @@ class Pieces:
             return self.xp.concatenate([self.attention(X[a:b]) for a, b in _offsets(sizes)])
         const = self.const
         if self._generated is not None:
-            if X.ndim == 2:
-                return self._generated(X)
-            return np.stack([self.attention(x) for x in X])
+            if X.ndim > 3:  # systems along several leading axes: one stack
+                return self._generated(X.reshape(-1, *X.shape[-2:])).reshape(*X.shape[:-1], -1)
+            return self._generated(X)  # (N, d) or a stack of systems (S, N, d)
         if self._matrices is None:  # copied once, and only by a model whose attention is on
             self._matrices = (self.rt.put(const.Q), self.rt.put(const.K), self.rt.put(const.V))
         return softmax_attention(self.xp, X, *self._matrices)
@@ -226,11 +226,13 @@ class Pieces:
 
     # ------------------------------------------------------------------ MLP field
     def features(self, X: Any, U: Any, b_U: Any) -> Any:
-        """Φ (N, m), Φ_ik = φ(⟨u_k, x_i⟩/√d + (b_U)_k)."""
+        """Φ (N, m), Φ_ik = φ(⟨u_k, x_i⟩/√d + (b_U)_k); B runs with their own features: X (B, N, d),
+        U (B, m, d), b_U (B, m) give (B, N, m)."""
         return self.kernels.features(X, U, b_U, device=self.device)
 
     def mlp_step(self, Y: Any, a2: float, U: Any, b_U: Any, W: Any, b_W: Any) -> Any:
-        """X' = LN(Y + α_2 G^m(Y)), G^m(y) = (1/√m) W φ(U y/√d + b_U) + b_W."""
+        """X' = LN(Y + α_2 G^m(Y)), G^m(y) = (1/√m) W φ(U y/√d + b_U) + b_W; B runs with their own
+        MLPs: every argument but α_2 with a leading axis B (Y (B, N, d), W (B, d, m), ...)."""
         return layer_norm(self.xp, Y + a2 * self.kernels.mlp_field(Y, U, b_U, W, b_W, device=self.device))
 
     def feature_increment(self, X: Any, U: Any, b_U: Any, dB: Any, sizes: Sequence[int] | None = None) -> Any:
@@ -240,6 +242,13 @@ class Pieces:
             return self.xp.concatenate([self.feature_increment(X[a:b], U, b_U, dB) for a, b in _offsets(sizes)])
         m = U.shape[0]
         return (self.features(X, U, b_U) @ dB[:m]) / math.sqrt(m) + float(self.const.sigma_w) * dB[m][None, :]
+
+    def feature_increments(self, X: Any, U: Any, b_U: Any, dB: Any) -> Any:
+        """:meth:`feature_increment` of B runs with their own fields: X (B, N, d), U (B, m, d), b_U
+        (B, m), dB (B, m+1, d); the features per run, the rest one array operation (bitwise per run)."""
+        m = U.shape[1]
+        Phi = self.features(X, U, b_U)
+        return (Phi @ dB[:, :m]) / math.sqrt(m) + float(self.const.sigma_w) * dB[:, m][:, None, :]
 
     def kernel_matrix(self, X: Any) -> Any:
         """K = [k(⟨x_i, x_j⟩)] (N, N) of tokens X (N, d)."""
@@ -359,57 +368,97 @@ def transformer_run(rt: Runtime, model: ModelConstants, X0: np.ndarray, draw: Dr
 
 
 def coupled_run(rt: Runtime, model: ModelConstants, sde: SDEConstants, X0: np.ndarray, substeps: int,
-                draw: Draw, renormalise: bool = True) -> tuple[np.ndarray, np.ndarray, float]:
+                draw: Draw | Sequence[Draw], renormalise: bool = True) -> tuple[np.ndarray, np.ndarray, Any]:
     """The discrete model and the SDE driven by the same noise (``common_noise_sde`` module docstring,
     "Coupling"): per layer ``draw()`` = (U, b_U, dB (substeps, m+1, d)); the SDE takes ``substeps``
     projected EM steps of h = Δt/substeps with the features (U, b_U) and increments dB, the layer
     the MLP (U, b_U, W = Σ_s dB_s[:m]^T/√Δt, b_W = σ_W Σ_s dB_s[m]/√Δt).  Returns
     ``(X (L+1, N, d), X̄ on the layer grid (L+1, N, d), sup over fine times of (1/N) Σ_i |X^i − X̄^i|²)``;
-    the running sup stays an array of ``rt`` until the end."""
+    the running sup stays an array of ``rt`` until the end.
+
+    Batched: X0 (B, N, d) and ``draw`` a sequence of B draws (run b's own, a chunk of layers drawn
+    run after run) advance B independent couplings as one state (B, N, d) -- one array operation per
+    step for all runs, the per-run maps (attention, features, MLP field) per run -- and return
+    X, X̄ (B, L+1, N, d) and the sups (B,): bitwise B separate runs (every reduction is per run and
+    along the same axis)."""
+    if np.ndim(X0) == 3:
+        return _coupled_runs(rt, model, sde, np.asarray(X0, dtype=np.float64), substeps, list(draw), renormalise)
+    X, Xbar, sup = _coupled_runs(rt, model, sde, np.asarray(X0, dtype=np.float64)[None], substeps, [draw],
+                                 renormalise)
+    return X[0], Xbar[0], float(sup[0])
+
+
+def _coupled_runs(rt: Runtime, model: ModelConstants, sde: SDEConstants, X0s: np.ndarray, substeps: int,
+                  draws: list[Draw], renormalise: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     xp, m, d, L = rt.xp, model.m, model.d, model.L
+    B = X0s.shape[0]
+    if len(draws) != B:
+        raise ValueError(f"draw must hold one draw per run ({B}), got {len(draws)}")
     dt = model.dt
     h = dt / substeps
     layer, field = Pieces(rt, model), Pieces(rt, sde)
-    X = Xbar = layer_norm(xp, rt.put(np.asarray(X0, dtype=np.float64)))
+    X = Xbar = layer_norm(xp, rt.put(X0s))
     disc, grid = rt.empty((L + 1, *X.shape)), rt.empty((L + 1, *X.shape))
     disc[0], grid[0] = X, Xbar
-    sup = rt.zeros(())
+    sup = rt.zeros((B,))
 
-    def err(A: Any, B: Any) -> Any:
-        return xp.mean(xp.sum((A - B) ** 2, axis=1))
+    def err(A: Any, C: Any) -> Any:  # (1/N) Σ_i |A^i − C^i|² per run, (B,)
+        return xp.mean(xp.sum((A - C) ** 2, axis=-1), axis=-1)
+
+    def chunk(k: int) -> tuple[np.ndarray, ...]:  # (k, B, ...) per array
+        per_run = [in_order(draw)(k) for draw in draws]
+        return tuple(np.stack(parts, axis=1) for parts in zip(*per_run))
 
     sigma_w = float(sde.sigma_w)
-    for ell, (U, b_U, dB) in uploads(rt, L, in_order(draw), 8 * (m * d + m + substeps * (m + 1) * d)):
-        total = dB.sum(axis=0) / math.sqrt(dt)
-        W, b_W = xp.ascontiguousarray(total[:m].T), sigma_w * total[m]
+    for ell, (U, b_U, dB) in uploads(rt, L, chunk, B * 8 * (m * d + m + substeps * (m + 1) * d)):
+        total = dB.sum(axis=1) / math.sqrt(dt)  # (B, m+1, d)
+        W, b_W = xp.ascontiguousarray(xp.swapaxes(total[:, :m], 1, 2)), sigma_w * total[:, m]
         for s in range(substeps):
-            Xbar = field.em_step(Xbar, h, field.feature_increment(Xbar, U, b_U, dB[s]), renormalise)
+            Xbar = field.em_step(Xbar, h, field.feature_increments(Xbar, U, b_U, dB[:, s]), renormalise)
             if s < substeps - 1:
                 sup = xp.maximum(sup, err(X, Xbar))
         X = layer.mlp_step(layer.attention_step(X, model.alpha_1), model.alpha_2, U, b_U, W, b_W)
         sup = xp.maximum(sup, err(X, Xbar))
         disc[ell + 1], grid[ell + 1] = X, Xbar
-    both = rt.get(xp.stack([disc, grid]))
-    return both[0], both[1], float(rt.get(sup))
+    both = rt.get(xp.stack([disc, grid]))  # (2, L+1, B, N, d)
+    return (np.ascontiguousarray(np.swapaxes(both[0], 0, 1)), np.ascontiguousarray(np.swapaxes(both[1], 0, 1)),
+            rt.get(sup))
 
 
 def width_chains_run(rt: Runtime, model: ModelConstants, sde: SDEConstants, X0: np.ndarray,
-                     draw: Draw) -> tuple[np.ndarray, np.ndarray]:
+                     draw: Draw | Sequence[Draw]) -> tuple[np.ndarray, np.ndarray]:
     """Width-m and m = ∞ discrete chains with the same Z each layer (``draw()`` = (U, b_U, Z (N, d));
     of ``sde`` only the field is read, not c):
     Y = LN(X + α_1 s Attn(X)); width m: X' = LN(Y + √Δt (K^m(Y))^{1/2} Z), K^m = Φ(Y)Φ(Y)^T/m + σ_W²;
     m = ∞: X' = LN(Y + √Δt K(Y)^{1/2} Z).  The two chains are one stacked state (2, N, d) (one
-    batched attention and PSD root per layer).  Returns the two final states, each (N, d)."""
+    batched attention and PSD root per layer).  Returns the two final states, each (N, d).
+
+    Batched: X0 (B, N, d) and ``draw`` a sequence of B draws (as in :func:`coupled_run`) advance B
+    independent pairs of chains as one state (B, 2, N, d) and return the final states (B, N, d) each,
+    bitwise B separate runs."""
+    batched = np.ndim(X0) == 3
+    draws = list(draw) if batched else [draw]
+    X0s = np.asarray(X0, dtype=np.float64).reshape(-1, *np.shape(X0)[-2:])
+    if len(draws) != X0s.shape[0]:
+        raise ValueError(f"draw must hold one draw per run ({X0s.shape[0]}), got {len(draws)}")
     xp, m, d, L = rt.xp, model.m, model.d, model.L
     layer, field = Pieces(rt, model), Pieces(rt, sde)
-    X = layer_norm(xp, rt.put(np.asarray(X0, dtype=np.float64)))
-    N = X.shape[0]
-    X = xp.stack([X, X])  # (width m, width ∞)
+    X = layer_norm(xp, rt.put(X0s))
+    B, N = X.shape[0], X.shape[1]
+    X = xp.stack([X, X], axis=1)  # (B, width m | width ∞, N, d)
     root, sw2 = math.sqrt(model.dt), float(sde.sigma_w) ** 2
-    for _, (U, b_U, Z) in uploads(rt, L, in_order(draw), 8 * (m * d + m + N * d)):
+
+    def chunk(k: int) -> tuple[np.ndarray, ...]:  # (k, B, ...) per array
+        per_run = [in_order(one)(k) for one in draws]
+        return tuple(np.stack(parts, axis=1) for parts in zip(*per_run))
+
+    for _, (U, b_U, Z) in uploads(rt, L, chunk, B * 8 * (m * d + m + N * d)):
         Y = layer.attention_step(X, model.alpha_1)
-        Phi = field.features(xp.ascontiguousarray(Y[0]), U, b_U)
-        K = xp.stack([Phi @ Phi.T / m + sw2, field.kernel_matrix(xp.ascontiguousarray(Y[1]))])
-        X = layer_norm(xp, Y + root * psd_sqrt(xp, K) @ Z)
+        Phi = field.features(xp.ascontiguousarray(Y[:, 0]), U, b_U)  # (B, N, m)
+        K = xp.stack([Phi @ xp.swapaxes(Phi, -1, -2) / m + sw2,
+                      field.kernel_matrices(xp.ascontiguousarray(Y[:, 1]))], axis=1)  # (B, 2, N, N)
+        X = layer_norm(xp, Y + root * psd_sqrt(xp, K) @ Z[:, None])
     out = rt.get(X)
-    return out[0], out[1]
+    if not batched:
+        return out[0, 0], out[0, 1]
+    return np.ascontiguousarray(out[:, 0]), np.ascontiguousarray(out[:, 1])

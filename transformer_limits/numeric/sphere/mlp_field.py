@@ -82,20 +82,24 @@ class MLPFieldKernels:
         return [np.ascontiguousarray(a, dtype=self.dtype) for a in arrays]
 
     def features(self, Y, U, b_U, *, device: bool = False) -> Any:
-        """Φ (N, m) with Φ_ik = φ(⟨u_k, y_i⟩/√d + (b_U)_k).
+        """Φ (N, m) with Φ_ik = φ(⟨u_k, y_i⟩/√d + (b_U)_k); for B runs with their own features
+        Y (B, N, d), U (B, m, d), b_U (B, m) give Φ (B, N, m), one launch per run, bitwise B calls.
 
         ``device=True``: the arguments are device arrays of :attr:`arrays` (NumPy arrays of the
         precision's dtype on ``numpy``) and so is the result; nothing is copied."""
         if not device:
             Y, U, b_U = self._host(Y, U, b_U)
-        return self._call("features", (Y.shape[0], U.shape[0]), (Y, U, b_U), device)
+        return self._call("features", (*Y.shape[:-1], U.shape[-2]), (Y, U, b_U), device)
 
     def mlp_field(self, Y, U, b_U, W, b_W, *, device: bool = False) -> Any:
-        """G^m(y_i) = (1/√m) W φ(U y_i/√d + b_U) + b_W, shape (N, d) (``device``: as in :meth:`features`)."""
+        """G^m(y_i) = (1/√m) W φ(U y_i/√d + b_U) + b_W, shape (N, d) (``device``: as in :meth:`features`);
+        for B runs with their own MLPs every argument gains a leading axis B (as in :meth:`features`)."""
         if not device:
             Y, U, b_U, W, b_W = self._host(Y, U, b_U, W, b_W)
-        if U.shape[1] != Y.shape[1] or W.shape != (Y.shape[1], U.shape[0]) or b_U.shape != (U.shape[0],) \
-                or b_W.shape != (Y.shape[1],):
+        lead = Y.shape[:-2]
+        if Y.ndim not in (2, 3) or U.shape[:-2] != lead or U.shape[-1] != Y.shape[-1] \
+                or W.shape != (*lead, Y.shape[-1], U.shape[-2]) or b_U.shape != U.shape[:-1] \
+                or b_W.shape != (*lead, Y.shape[-1]):
             raise ValueError(f"inconsistent shapes Y {Y.shape}, U {U.shape}, b_U {b_U.shape}, "
                              f"W {W.shape}, b_W {b_W.shape}")
         return self._call("mlp_field", Y.shape, (Y, U, b_U, W, b_W), device)
@@ -105,7 +109,8 @@ class MLPFieldKernels:
         ``zonal_kernel_matrix``) into an output of ``shape``, one path for every flavour: host arguments
         are put on the runtime and the result is got back (on numpy / numba casts, on a GPU copies)
         unless ``device`` (then arguments and result stay arrays of the runtime).  A GPU launch has one
-        thread per output entry; the sizes reach only the CUDA C kernels (``sizes=``)."""
+        thread per output entry; the sizes reach only the CUDA C kernels (``sizes=``).  Batched
+        arguments (a leading run axis) are put once and launched run by run into views of one output."""
         if device and self.flavour is PYTHON_NUMBA:
             raise ValueError("device=True needs a GPU backend or numpy, not numba")
         rt, m = self.runtime, self._module
@@ -116,14 +121,21 @@ class MLPFieldKernels:
             X, d, sigma_u, sigma_w, coef = args
             rt.call(m, "zonal_kernel_matrix", shape[0] * shape[1], X, float(d), float(sigma_u), float(sigma_w),
                     coef, out, sizes=(X.shape[0], X.shape[1], coef.shape[0]))
+        elif args[0].ndim == 3:
+            for b in range(args[0].shape[0]):
+                self._field(kind, out[b], *(a[b] for a in args))
         else:
-            Y, U, b_U = args[:3]
-            N, D, n_feat = Y.shape[0], Y.shape[1], U.shape[0]
-            H = out if kind == "features" else rt.empty((N, n_feat))
-            rt.call(m, "features", N * n_feat, Y, U, b_U, H, sizes=(N, n_feat, D))
-            if kind == "mlp_field":  # G^m from the features: (1/sqrt(m)) W H_i + b_W
-                rt.call(m, "mlp_field_from_features", N * D, H, args[3], args[4], out, sizes=(N, n_feat, D))
+            self._field(kind, out, *args)
         return out if device else rt.get(out)
+
+    def _field(self, kind: str, out: Any, Y: Any, U: Any, b_U: Any, *mlp: Any) -> None:
+        """One run's features (``out`` (N, m)) or MLP field (``out`` (N, d), ``mlp`` = (W, b_W))."""
+        rt, m = self.runtime, self._module
+        N, D, n_feat = Y.shape[0], Y.shape[1], U.shape[0]
+        H = out if kind == "features" else rt.empty((N, n_feat))
+        rt.call(m, "features", N * n_feat, Y, U, b_U, H, sizes=(N, n_feat, D))
+        if kind == "mlp_field":  # G^m from the features: (1/sqrt(m)) W H_i + b_W
+            rt.call(m, "mlp_field_from_features", N * D, H, mlp[0], mlp[1], out, sizes=(N, n_feat, D))
 
     def mehler(self, d: int, sigma_u: float) -> np.ndarray:
         return mehler_coefficients(self.activation, d, sigma_u)

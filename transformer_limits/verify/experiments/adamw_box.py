@@ -25,7 +25,6 @@ step moves each of the ∝ d entries by ≈ η, so ‖Δθ‖_F ∝ √d.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,14 +38,14 @@ from transformer_limits.numeric.attention.training import train_with_radii
 from transformer_limits.verify.check_spec import CheckSpec
 from transformer_limits.verify.experiment import Experiment, ExperimentConfig, ExperimentResult
 from transformer_limits.verify.registry import register_experiment
-from transformer_limits.verify.running import jsonable_settings
+from transformer_limits.verify.running import jsonable_settings, run_points
 from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.rate.plots import RateSeries, rate_figure
 from transformer_limits.verify.stats.power import deterministic_power
 from transformer_limits.verify.verdicts import Check, attach_power, exponent_equals, slope_zero
 
 __all__ = ["BOX_HOLDS", "BLOCKWISE_DIMENSION_FREE", "COORDINATEWISE_EXPONENT", "SETTINGS", "ScaledLoss",
-           "CoupledDecayModel", "box_margins", "drift_by_dimension", "run"]
+           "CoupledDecayModel", "box_margins", "drift_by_dimension", "drift_row", "evaluate_point", "run"]
 
 #: the checks; the tolerances are justified in the "Declared tolerances" table of docs/verification.md
 BOX_HOLDS = CheckSpec("box_holds", "||theta_k^B||_F <= R_k (AdamW box recursion, every step, head and matrix)",
@@ -147,19 +146,61 @@ def box_margins(s: dict[str, Any], seed: int, optimizer: str, *, coupled: bool =
             "loss_first": float(radii.losses[0]), "loss_last": float(radii.losses[-1])}
 
 
-def drift_by_dimension(s: dict[str, Any], seed: int, optimizer: str) -> tuple[np.ndarray, np.ndarray]:
-    """(Frobenius, operator) drift ‖θ_K − θ_0‖ averaged over heads and matrices, each (n_d, seeds)."""
-    fro = np.empty((len(s["d_levels"]), s["drift_seeds"]))
-    op = np.empty_like(fro)
-    for i, d in enumerate(s["d_levels"]):
-        model = AttentionTransformer(d, s["d_k"], s["d_v"], backend="blas")
-        for j in range(s["drift_seeds"]):
-            X0, loss, params = _problem(s, d, seed * 1000 + 10 * j)
-            radii = train_with_radii(model, X0, params, loss, s["drift_steps"], optimizer=optimizer,
-                                     lr=s["drift_lr"], betas=s["betas"], eps=s["eps"], weight_decay=0.0)
-            fro[i, j] = np.mean([radii.drift_frobenius[n][-1].mean() for n in PARAM_NAMES])
-            op[i, j] = np.mean([radii.drift_operator[n][-1].mean() for n in PARAM_NAMES])
+def drift_row(s: dict[str, Any], seed: int, optimizer: str, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """(Frobenius, operator) drift ‖θ_K − θ_0‖ averaged over heads and matrices at dimension level i,
+    each (seeds,)."""
+    d = s["d_levels"][i]
+    model = AttentionTransformer(d, s["d_k"], s["d_v"], backend="blas")
+    fro, op = np.empty(s["drift_seeds"]), np.empty(s["drift_seeds"])
+    for j in range(s["drift_seeds"]):
+        X0, loss, params = _problem(s, d, seed * 1000 + 10 * j)
+        radii = train_with_radii(model, X0, params, loss, s["drift_steps"], optimizer=optimizer,
+                                 lr=s["drift_lr"], betas=s["betas"], eps=s["eps"], weight_decay=0.0)
+        fro[j] = np.mean([radii.drift_frobenius[n][-1].mean() for n in PARAM_NAMES])
+        op[j] = np.mean([radii.drift_operator[n][-1].mean() for n in PARAM_NAMES])
     return fro, op
+
+
+def drift_by_dimension(s: dict[str, Any], seed: int, optimizer: str) -> tuple[np.ndarray, np.ndarray]:
+    """(Frobenius, operator) drift ‖θ_K − θ_0‖ averaged over heads and matrices, each (n_d, seeds),
+    serially (:func:`drift_row` per level)."""
+    rows = [drift_row(s, seed, optimizer, i) for i in range(len(s["d_levels"]))]
+    return np.array([f for f, _ in rows]), np.array([o for _, o in rows])
+
+
+def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Sweep function: ``task = "box:<optimizer>:<j>"`` is one training run's box margins
+    (:func:`box_margins`, seed base·1000 + j), ``"drift:<optimizer>:<i>"`` one dimension level's drifts
+    (:func:`drift_row`); every task draws from its own seeds, so no result depends on the process."""
+    kind, optimizer, index = point["task"].split(":")
+    s, seed = point["settings"], point["base_seed"]
+    if kind == "box":
+        return {"row": box_margins(s, seed * 1000 + int(index), optimizer, coupled=point["coupled"])}
+    fro, op = drift_row(s, seed, optimizer, int(index))
+    return {"fro": fro.tolist(), "op": op.tolist()}
+
+
+_OPTIMIZERS = ("adamw", "blockwise")
+
+
+def _sweep(config: ExperimentConfig, s: dict[str, Any], coupled: bool
+           ) -> tuple[list[dict[str, Any]], dict[str, tuple[np.ndarray, np.ndarray]], dict[str, float]]:
+    """(box rows, drifts per optimizer, summed point seconds of each family), one sweep point per
+    training run of the box and per dimension level of the drift (``config.workers`` processes)."""
+    box = [f"box:{opt}:{j}" for opt in _OPTIMIZERS for j in range(s["box_seeds"])]
+    drift = [f"drift:{opt}:{i}" for opt in _OPTIMIZERS for i in range(len(s["d_levels"]))]
+    sweep = run_points(config, evaluate_point,
+                       {"grid": {"task": box + drift},
+                        "fixed": {"settings": jsonable_settings(s), "base_seed": config.seed, "coupled": coupled}},
+                       experiment="adamw-box", version=1)
+    rows = {r.params["task"]: r for r in sweep.records}
+    box_rows = [dict(optimizer=t.split(":")[1], seed=int(t.split(":")[2]), **rows[t].completed_result["row"])
+                for t in box]
+    drifts = {opt: (np.array([rows[f"drift:{opt}:{i}"].completed_result["fro"] for i in range(len(s["d_levels"]))]),
+                    np.array([rows[f"drift:{opt}:{i}"].completed_result["op"] for i in range(len(s["d_levels"]))]))
+              for opt in _OPTIMIZERS}
+    seconds = {kind: sum(r.elapsed_s or 0.0 for t, r in rows.items() if t.startswith(kind)) for kind in ("box", "drift")}
+    return box_rows, drifts, seconds
 
 
 def _box_check(rows: list[dict[str, Any]], settings: dict[str, Any]) -> Check:
@@ -179,13 +220,8 @@ def run(config: ExperimentConfig, *, coupled_decay: bool = False,
         settings: dict[str, Any] | None = None) -> ExperimentResult:
     """``coupled_decay=True`` trains with L2 added to the gradient (the deliberately wrong "AdamW")."""
     s = dict(SETTINGS[config.profile], **(settings or {}))
-    t0 = time.perf_counter()
-    rows = [dict(optimizer=opt, seed=j, **box_margins(s, config.seed * 1000 + j, opt, coupled=coupled_decay))
-            for opt in ("adamw", "blockwise") for j in range(s["box_seeds"])]
-    t_box = time.perf_counter() - t0
+    rows, drifts, seconds = _sweep(config, s, coupled_decay)
     d = np.array(s["d_levels"])
-    drifts = {opt: drift_by_dimension(s, config.seed, opt) for opt in ("adamw", "blockwise")}
-    t_drift = time.perf_counter() - t0 - t_box
     fit_b = fit_power_law({"d": d}, drifts["blockwise"][0], window="all", seed=config.seed)
     fit_c = fit_power_law({"d": d}, drifts["adamw"][0], window="all", seed=config.seed)
     fit_b_op = fit_power_law({"d": d}, drifts["blockwise"][1], window="all", seed=config.seed)
@@ -218,7 +254,7 @@ def run(config: ExperimentConfig, *, coupled_decay: bool = False,
         [RateSeries("AdamW (coordinatewise)", d, drifts["adamw"][0], fit_c, 0.5),
          RateSeries("Blockwise AdamW", d, drifts["blockwise"][0], fit_b, 0.0)],
         xlabel="token dimension d", ylabel="‖θ_K − θ_0‖_F")]
-    result.provenance.update(seconds={"box": t_box, "drift": t_drift}, coupled_decay=coupled_decay)
+    result.provenance.update(seconds=seconds, coupled_decay=coupled_decay)
     if settings:  # run_experiment records the profile's settings; these differ from them
         result.provenance["settings"] = jsonable_settings(s)
     return result

@@ -19,7 +19,7 @@ Quick use::
 """
 
 from transformer_limits.verify.sweeps.driver import load_sweep, run_sweep
-from transformer_limits.verify.sweeps.executors import check_scheduler_address
+from transformer_limits.verify.sweeps.executors import check_scheduler_address, shared_pools
 from transformer_limits.verify.sweeps.grid import (
     Factor,
     Grid,
@@ -47,4 +47,5 @@ __all__ = [
     "load_grid",
     "load_sweep",
     "run_sweep",
+    "shared_pools",
 ]

@@ -4,13 +4,15 @@
 worker count, so every worker always has its next point queued).  :func:`execute_point` is what a
 worker runs: one point under a per-process lock, its result encoded as JSON text in a
 ``sweeps.store._PointOutcome``, so only plain text crosses processes and sockets.  Pool workers die with their parent (:func:`init_worker`) and share the
-CPUs' Numba and BLAS threads; a scheduler address is checked for a dask handshake before any client
-connects (:func:`check_scheduler_address`).  docs/sweeps.md, "Execution and resume" and
+CPUs' Numba and BLAS threads; inside :func:`shared_pools` (a report) a pool outlives its sweep and
+the next sweep reuses its workers.  A scheduler address is checked for a dask handshake before any
+client connects (:func:`check_scheduler_address`).  docs/sweeps.md, "Execution and resume" and
 "Faults and limits", describes the behaviour.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -21,13 +23,13 @@ import threading
 import time
 import traceback
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from transformer_limits.errors import SchedulerError
 from transformer_limits.verify.sweeps.grid import canonical_json
 from transformer_limits.verify.sweeps.store import _PointOutcome
 
-__all__ = ["check_scheduler_address", "execute_point", "make_executor"]
+__all__ = ["check_scheduler_address", "execute_point", "make_executor", "shared_pools", "shared_workers_cpu_seconds"]
 
 #: seconds to connect to a dask scheduler and receive its handshake, and to wait for its first worker
 SCHEDULER_TIMEOUT_S = 10.0
@@ -320,9 +322,109 @@ def make_executor(workers: int, scheduler: Any, mp_context: Any) -> tuple[Any, i
         mp_context = multiprocessing.get_context("forkserver")
     threads = max(1, (os.cpu_count() or 1) // workers)
     method = (mp_context or multiprocessing.get_context()).get_start_method()
+    if _sharing_here():
+        kept = _SHARED.pools.get((workers, method))
+        if kept is None:
+            kept = _SHARED.pools[(workers, method)] = _KeptPool(_new_pool(workers, threads, method, mp_context),
+                                                                (workers, method))
+        return kept, 2 * workers
+    return _new_pool(workers, threads, method, mp_context), 2 * workers
+
+
+def _new_pool(workers: int, threads: int, method: str, mp_context: Any) -> ProcessPoolExecutor:
     parent = os.getpid() if method == "fork" else None  # forkserver/spawn workers have another parent
     return ProcessPoolExecutor(max_workers=workers, mp_context=mp_context, initializer=init_worker,
-                               initargs=(threads, parent)), 2 * workers
+                               initargs=(threads, parent))
+
+
+class _SharedState:
+    """The pools kept by :func:`shared_pools`, by (workers, start method), and the process that
+    keeps them (a forked worker inherits this module's state but must not use its parent's pools)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.owner: int | None = None
+        self.pools: dict[tuple[int, str], _KeptPool] = {}
+
+
+_SHARED = _SharedState()
+
+
+def _sharing_here() -> bool:
+    return _SHARED.depth > 0 and _SHARED.owner == os.getpid()
+
+
+class _KeptPool(Executor):
+    """A process pool that a clean end of a sweep leaves running for the next one.
+
+    The driver ends a sweep with ``shutdown(wait=True, cancel_futures=not clean)``: a clean end keeps
+    the workers; an interrupted sweep or a broken pool (``cancel_futures=True``, after
+    :func:`stop_workers`) shuts them down and drops the pool, so the next sweep starts new ones."""
+
+    def __init__(self, pool: ProcessPoolExecutor, key: tuple[int, str]) -> None:
+        self.pool, self.key = pool, key
+
+    @property
+    def _processes(self) -> Any:  # what stop_workers terminates
+        return getattr(self.pool, "_processes", None)
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        return self.pool.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if not cancel_futures:
+            return
+        if _SHARED.pools.get(self.key) is self:
+            del _SHARED.pools[self.key]
+        self.pool.shutdown(wait=wait, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def shared_pools() -> Iterator[None]:
+    """Keep local process pools between the sweeps run inside this context (a report's experiments).
+
+    Each sweep with the same worker count and start method reuses the workers of the previous one, so
+    a report starts, initialises (:func:`init_worker`) and loads compiled kernels into its workers once
+    instead of once per experiment; results do not depend on which worker runs a point.  The pools
+    are shut down on leaving (their workers stopped at once when leaving by an exception).  Nested
+    contexts share the outer one's pools; in a forked worker the parent's pools are never used."""
+    if _SHARED.depth and _SHARED.owner != os.getpid():  # a forked child: start afresh
+        _SHARED.__init__()
+    _SHARED.depth += 1
+    _SHARED.owner = os.getpid()
+    clean = False
+    try:
+        yield
+        clean = True
+    finally:
+        _SHARED.depth -= 1
+        if _SHARED.depth == 0:
+            pools, _SHARED.pools = list(_SHARED.pools.values()), {}
+            for kept in pools:
+                if not clean:
+                    stop_workers(kept)
+                kept.pool.shutdown(wait=True, cancel_futures=not clean)
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process, from ``/proc/<pid>/stat`` (0 where unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    # fields[0] is the state (field 3); utime and stime are fields 14 and 15, in clock ticks
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def shared_workers_cpu_seconds() -> float:
+    """CPU seconds so far of the live workers of the pools :func:`shared_pools` keeps: not yet counted
+    by ``getrusage(RUSAGE_CHILDREN)``, which counts a child only once it has ended (Linux; 0 where
+    ``/proc`` is absent)."""
+    if not _sharing_here():
+        return 0.0
+    return sum(_process_cpu_seconds(pid) for kept in list(_SHARED.pools.values())
+               for pid in list((kept._processes or {}).keys()))
 
 
 def stop_workers(executor: Any) -> None:
