@@ -53,7 +53,7 @@ from transformer_limits.symbolic.template_pieces import adjoint_pieces
 __all__ = ["adjoint_kernel_source", "adjoint_kernel_sources"]
 
 ADJOINT_FLAVOURS = LAYER_ADJOINT.flavours  # flavour name -> Flavour record (kernel family LAYER_ADJOINT)
-MAX_LANES = 4  # lanes of the row-maximum loop (a power of two)
+MAX_LANES = 8  # lanes of the row-maximum loop (a power of two)
 ADJ_ROWS = 4  # query rows per block of the adjoint's key/value partial updates
 FIN_KEYS = 512  # keys per task of the adjoint's finish (partial sums and Lions term)
 
@@ -138,15 +138,20 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
                  + ["    " + s for s in _rows("k", d_k, "KT", "h", "j") + b.lines("logit") + ["row[j] = logit"]])
     # row maximum in MAX_LANES independent lanes (SLP-vectorised compare/select; NaN is skipped as before)
     row_max = lane_max_lines("row", "stop", MAX_LANES)
-    forward = by_row([f"f_{a} = 0.0" for a in range(d)] + ["for h in range(H):"]
-                     + ["    " + s for s in _loads("q", d_k, "QF", hi) + logit_row + row_max
-                        + ["s = 0.0"] + [f"acc_{c} = 0.0" for c in range(d_v)]
-                        + ["for j in range(stop):", "    e = fast_exp(row[j] - m)", "    s += e"]
-                        + [f"    acc_{c} += e * VT[h, {c}, j]" for c in range(d_v)]
-                        + [f"A_{c} = acc_{c} / s" for c in range(d_v)] + _stores("A", hi, "A", d_v)
-                        + ["LOGZ[h, i] = m + math.log(s)", "wh = c[h]"] + _unpack("O", d, d_v)
-                        + b.lines("head_out") + [f"f_{a} += o_{a}" for a in range(d)]]
-                     + _stores("F", "i", "f", d))
+    # heads outermost within a task: its rows sweep one head's keys and values (2 (d_k + d_v) N floats,
+    # kept in L2) before the next head's, instead of every head's per row (H times that: past L2 at
+    # H = 32, N = 1024).  F[i] is summed over h in the same order as before (bitwise)
+    forward = (["H = QF.shape[0]", "N = QF.shape[1]", "for t in numba.prange(T):", "    row = numpy.empty(N)",
+                "    for i in range(t, N, T):"] + [f"        F[i, {a}] = 0.0" for a in range(d)]
+               + ["    for h in range(H):", "        wh = c[h]"] + ["        " + s for s in _unpack("O", d, d_v)]
+               + ["        for i in range(t, N, T):", "            stop = i + 1 if causal else N"]
+               + ["            " + s for s in _loads("q", d_k, "QF", hi) + logit_row + row_max
+                  + ["s = 0.0"] + [f"acc_{c} = 0.0" for c in range(d_v)]
+                  + ["for j in range(stop):", "    e = fast_exp(row[j] - m)", "    s += e"]
+                  + [f"    acc_{c} += e * VT[h, {c}, j]" for c in range(d_v)]
+                  + [f"A_{c} = acc_{c} / s" for c in range(d_v)] + _stores("A", hi, "A", d_v)
+                  + ["LOGZ[h, i] = m + math.log(s)"]
+                  + b.lines("head_out") + [f"F[i, {a}] += o_{a}" for a in range(d)]])
     # Rows are taken in blocks of R = ADJ_ROWS (rows i0 + r T, r < R, of task t).  Per (block, head):
     # sweep 1 per row (vectorised over j): logit, P_ij, sbar_ij and the j-sums qbar^i; P_ij and sbar_ij go
     # to the scratch rows PR[r], SR[r] (zero beyond the row's visible keys); sweep 2 per component
@@ -186,12 +191,15 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
                + [f"            VBP[t, h, {c_}, j] = 0.0" for c_ in range(d_v)]
                + [
                 f"    PR = numpy.empty(({R}, N))", f"    SR = numpy.empty(({R}, N))", f"    QR = numpy.empty(({R}, {d_k}))",
-                f"    GR = numpy.empty(({R}, {d_v}))", f"    for i0 in range(t, N, {R} * T):",
-                f"        ilast = min(i0 + {R - 1} * T, i0 + (N - 1 - i0) // T * T)",
-                "        smax = ilast + 1 if causal else N", f"        for r in range({R}):", "            i = i0 + r * T",
-                "            if i < N:"] + [f"                XJ[i, {a}] = 0.0" for a in range(d)]
-               + ["        for h in range(H):"]
-               + ["            " + s_ for s_ in _unpack("O", d, d_v) + _unpack("Q", d_k, d) + [f"for r in range({R}):"]]
+                f"    GR = numpy.empty(({R}, {d_v}))", "    for i in range(t, N, T):"]
+               + [f"        XJ[i, {a}] = 0.0" for a in range(d)]
+               # heads outermost within a task (as in forward): the task's row blocks sweep one head's keys,
+               # values and partials in L2 before the next head's; every sum keeps its order (bitwise)
+               + ["    for h in range(H):"]
+               + ["        " + s_ for s_ in _unpack("O", d, d_v) + _unpack("Q", d_k, d)]
+               + [f"        for i0 in range(t, N, {R} * T):",
+                  f"            ilast = min(i0 + {R - 1} * T, i0 + (N - 1 - i0) // T * T)",
+                  "            smax = ilast + 1 if causal else N", f"            for r in range({R}):"]
                + ["                " + s_ for s_ in ["i = i0 + r * T", "if i < N:", "    stop = i + 1 if causal else N"]]
                + ["                    " + s_ for s_ in row_pass] + ["                else:"]
                + ["                    " + s_ for s_ in empty_row]

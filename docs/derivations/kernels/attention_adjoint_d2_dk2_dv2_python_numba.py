@@ -92,10 +92,16 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
     for t in numba.prange(T):
         row = numpy.empty(N)
         for i in range(t, N, T):
-            stop = i + 1 if causal else N
-            f_0 = 0.0
-            f_1 = 0.0
-            for h in range(H):
+            F[i, 0] = 0.0
+            F[i, 1] = 0.0
+        for h in range(H):
+            wh = c[h]
+            O_0_0 = Os[h, 0, 0]
+            O_0_1 = Os[h, 0, 1]
+            O_1_0 = Os[h, 1, 0]
+            O_1_1 = Os[h, 1, 1]
+            for i in range(t, N, T):
+                stop = i + 1 if causal else N
                 q_0 = QF[h, i, 0]
                 q_1 = QF[h, i, 1]
                 for j in range(stop):
@@ -107,23 +113,39 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
                 m1 = -math.inf
                 m2 = -math.inf
                 m3 = -math.inf
-                for jb in range(stop // 4):
-                    j = 4 * jb
+                m4 = -math.inf
+                m5 = -math.inf
+                m6 = -math.inf
+                m7 = -math.inf
+                for jb in range(stop // 8):
+                    j = 8 * jb
                     l0 = row[j + 0]
                     l1 = row[j + 1]
                     l2 = row[j + 2]
                     l3 = row[j + 3]
+                    l4 = row[j + 4]
+                    l5 = row[j + 5]
+                    l6 = row[j + 6]
+                    l7 = row[j + 7]
                     m0 = l0 if l0 > m0 else m0
                     m1 = l1 if l1 > m1 else m1
                     m2 = l2 if l2 > m2 else m2
                     m3 = l3 if l3 > m3 else m3
-                for jr in range(stop % 4):
-                    j = stop - stop % 4 + jr
+                    m4 = l4 if l4 > m4 else m4
+                    m5 = l5 if l5 > m5 else m5
+                    m6 = l6 if l6 > m6 else m6
+                    m7 = l7 if l7 > m7 else m7
+                for jr in range(stop % 8):
+                    j = stop - stop % 8 + jr
                     l0 = row[j]
                     m0 = l0 if l0 > m0 else m0
                 m0 = m1 if m1 > m0 else m0
                 m2 = m3 if m3 > m2 else m2
+                m4 = m5 if m5 > m4 else m4
+                m6 = m7 if m7 > m6 else m6
                 m0 = m2 if m2 > m0 else m0
+                m4 = m6 if m6 > m4 else m4
+                m0 = m4 if m4 > m0 else m0
                 m = m0
                 s = 0.0
                 acc_0 = 0.0
@@ -138,19 +160,12 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
                 A[h, i, 0] = A_0
                 A[h, i, 1] = A_1
                 LOGZ[h, i] = m + math.log(s)
-                wh = c[h]
-                O_0_0 = Os[h, 0, 0]
-                O_0_1 = Os[h, 0, 1]
-                O_1_0 = Os[h, 1, 0]
-                O_1_1 = Os[h, 1, 1]
                 _h30 = A_0*wh
                 _h31 = A_1*wh
                 o_0 = O_0_0*_h30 + O_0_1*_h31
                 o_1 = O_1_0*_h30 + O_1_1*_h31
-                f_0 += o_0
-                f_1 += o_1
-            F[i, 0] = f_0
-            F[i, 1] = f_1
+                F[i, 0] += o_0
+                F[i, 1] += o_1
 
 
 @numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
@@ -169,23 +184,21 @@ def adjoint(PC, Qs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, XJ
         SR = numpy.empty((4, N))
         QR = numpy.empty((4, 2))
         GR = numpy.empty((4, 2))
-        for i0 in range(t, N, 4 * T):
-            ilast = min(i0 + 3 * T, i0 + (N - 1 - i0) // T * T)
-            smax = ilast + 1 if causal else N
-            for r in range(4):
-                i = i0 + r * T
-                if i < N:
-                    XJ[i, 0] = 0.0
-                    XJ[i, 1] = 0.0
-            for h in range(H):
-                O_0_0 = Os[h, 0, 0]
-                O_0_1 = Os[h, 0, 1]
-                O_1_0 = Os[h, 1, 0]
-                O_1_1 = Os[h, 1, 1]
-                Q_0_0 = Qs[h, 0, 0]
-                Q_0_1 = Qs[h, 0, 1]
-                Q_1_0 = Qs[h, 1, 0]
-                Q_1_1 = Qs[h, 1, 1]
+        for i in range(t, N, T):
+            XJ[i, 0] = 0.0
+            XJ[i, 1] = 0.0
+        for h in range(H):
+            O_0_0 = Os[h, 0, 0]
+            O_0_1 = Os[h, 0, 1]
+            O_1_0 = Os[h, 1, 0]
+            O_1_1 = Os[h, 1, 1]
+            Q_0_0 = Qs[h, 0, 0]
+            Q_0_1 = Qs[h, 0, 1]
+            Q_1_0 = Qs[h, 1, 0]
+            Q_1_1 = Qs[h, 1, 1]
+            for i0 in range(t, N, 4 * T):
+                ilast = min(i0 + 3 * T, i0 + (N - 1 - i0) // T * T)
+                smax = ilast + 1 if causal else N
                 for r in range(4):
                     i = i0 + r * T
                     if i < N:
