@@ -102,6 +102,13 @@ def pytest_configure_node(node):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    # every test process compiles the generated kernels as a report's processes do (512-bit vectors where
+    # the host has AVX-512, numeric/vector_width.py), decided before a test compiles a Numba function of
+    # its own: that would fix Numba's target at LLVM's default width for the rest of the worker, which
+    # then compiled every kernel it used a second time (10-17 s of a default run, in whichever worker)
+    from transformer_limits.numeric.vector_width import prefer_wide_vectors
+
+    prefer_wide_vectors()
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and workerinput.get("tl_dist") == "loadgroup":
         config.option.loadgroup = True  # read by xdist's worker when it names the groups of the items
