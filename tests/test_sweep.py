@@ -561,3 +561,20 @@ def test_a_kept_pool_broken_by_a_killed_worker_is_replaced_for_the_next_sweep(tm
         assert res.complete and res.column("y").tolist() == [0, 1, 4, 9]
         after = run_sweep(worker_pid, {"grid": {"k": [0, 1, 2]}}, tmp_path / "p.sqlite", workers=2, progress=False)
         assert after.complete
+
+
+def vector_width_state(point: dict) -> dict:
+    from transformer_limits.numeric import vector_width
+
+    return {"decided": vector_width._decided is not None}
+
+
+def test_a_fresh_worker_decides_numbas_vector_width_before_its_first_point(tmp_path):
+    """A worker started by a fork server (a fresh interpreter, nothing inherited) has decided Numba's
+    vector width before it runs a point, so a point's own Numba code cannot fix the width the generated
+    kernels compile (and round) with."""
+    import multiprocessing
+
+    res = run_sweep(vector_width_state, {"grid": {"k": [0, 1]}}, tmp_path / "v.sqlite", workers=2, progress=False,
+                    mp_context=multiprocessing.get_context("forkserver"))
+    assert [r.completed_result["decided"] for r in res.records] == [True, True]

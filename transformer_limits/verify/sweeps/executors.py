@@ -89,13 +89,18 @@ def _exit_with_parent(expected_parent: int | None = None) -> None:
 
 def init_worker(threads: int, parent: int | None = None) -> None:
     """Pool initializer: signals (the parent handles SIGINT/SIGTERM and stops the workers; a fork
-    inherits its Python handlers), die with the parent, and the Numba and BLAS thread share."""
+    inherits its Python handlers), die with the parent, the Numba and BLAS thread share, and Numba's
+    vector width decided before a point's own Numba code could fix it (the generated kernels then
+    compile, and round, alike in every worker: numeric/vector_width.py)."""
     import signal
+
+    from transformer_limits.numeric.vector_width import prefer_wide_vectors
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent(parent)
     _limit_threads(threads)
+    prefer_wide_vectors()
 
 
 def execute_point(fn: Callable[[dict[str, Any]], Mapping[str, Any]],
