@@ -525,18 +525,23 @@ def test_shared_pools_reuse_the_workers_across_sweeps_and_stop_them_on_leaving(t
     apart = [_pids(run_sweep(worker_pid, grid, tmp_path / f"a{i}.sqlite", workers=2, progress=False))
              for i in range(2)]
     assert not apart[0] & apart[1]
+    from transformer_limits.verify.sweeps import executors
+
     with shared_pools():
         first = run_sweep(worker_pid, grid, tmp_path / "s0.sqlite", workers=2, progress=False)
+        (kept,) = executors._SHARED.pools.values()
+        workers = set(kept._processes)  # (under load one worker may run every point of a sweep)
         second = run_sweep(worker_pid, grid, tmp_path / "s1.sqlite", workers=2, progress=False)
-        assert _pids(second) <= _pids(first) and all(_alive(p) for p in _pids(first))
+        assert executors._SHARED.pools[kept.key] is kept and set(kept._processes) == workers
+        assert _pids(first) <= workers and _pids(second) <= workers and all(_alive(p) for p in workers)
         # results do not depend on the pool: the same rows as a serial sweep
         serial = run_sweep(noisy_point, SPEC, tmp_path / "n0.sqlite", workers=1, progress=False)
         kept = run_sweep(noisy_point, SPEC, tmp_path / "n1.sqlite", workers=2, progress=False)
         assert rows_of(kept) == rows_of(serial)
     deadline = time.monotonic() + 10
-    while any(_alive(p) for p in _pids(first)) and time.monotonic() < deadline:
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(_alive(p) for p in _pids(first))
+    assert not any(_alive(p) for p in workers) and not executors._SHARED.pools
 
 
 def test_a_report_counts_the_cpu_of_kept_workers_that_are_still_running(tmp_path):
