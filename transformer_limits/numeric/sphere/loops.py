@@ -294,6 +294,15 @@ def in_order(draw: Draw) -> Callable[[int], tuple[np.ndarray, ...]]:
     return chunk
 
 
+def runs_in_order(draws: Sequence[Draw]) -> Callable[[int], tuple[np.ndarray, ...]]:
+    """The chunk of k steps of B runs, each with its per-step ``draws[b]``: run after run, each run's k
+    draws in order, every array stacked to (k, B, ...)."""
+    def chunk(k: int) -> tuple[np.ndarray, ...]:
+        per_run = [in_order(draw)(k) for draw in draws]
+        return tuple(np.stack(parts, axis=1) for parts in zip(*per_run))
+    return chunk
+
+
 # ---------------------------------------------------------------------------------------- loops
 def exact_runs(rt: Runtime, sde: SDEConstants, X0s: np.ndarray, T: float, n_steps: int,
                draws: Sequence[Callable[[], np.ndarray]], renormalise: bool = True) -> np.ndarray:
@@ -405,12 +414,8 @@ def _coupled_runs(rt: Runtime, model: ModelConstants, sde: SDEConstants, X0s: np
     def err(A: Any, C: Any) -> Any:  # (1/N) Σ_i |A^i − C^i|² per run, (B,)
         return xp.mean(xp.sum((A - C) ** 2, axis=-1), axis=-1)
 
-    def chunk(k: int) -> tuple[np.ndarray, ...]:  # (k, B, ...) per array
-        per_run = [in_order(draw)(k) for draw in draws]
-        return tuple(np.stack(parts, axis=1) for parts in zip(*per_run))
-
     sigma_w = float(sde.sigma_w)
-    for ell, (U, b_U, dB) in uploads(rt, L, chunk, B * 8 * (m * d + m + substeps * (m + 1) * d)):
+    for ell, (U, b_U, dB) in uploads(rt, L, runs_in_order(draws), B * 8 * (m * d + m + substeps * (m + 1) * d)):
         total = dB.sum(axis=1) / math.sqrt(dt)  # (B, m+1, d)
         W, b_W = xp.ascontiguousarray(xp.swapaxes(total[:, :m], 1, 2)), sigma_w * total[:, m]
         for s in range(substeps):
@@ -448,11 +453,7 @@ def width_chains_run(rt: Runtime, model: ModelConstants, sde: SDEConstants, X0: 
     X = xp.stack([X, X], axis=1)  # (B, width m | width ∞, N, d)
     root, sw2 = math.sqrt(model.dt), float(sde.sigma_w) ** 2
 
-    def chunk(k: int) -> tuple[np.ndarray, ...]:  # (k, B, ...) per array
-        per_run = [in_order(one)(k) for one in draws]
-        return tuple(np.stack(parts, axis=1) for parts in zip(*per_run))
-
-    for _, (U, b_U, Z) in uploads(rt, L, chunk, B * 8 * (m * d + m + N * d)):
+    for _, (U, b_U, Z) in uploads(rt, L, runs_in_order(draws), B * 8 * (m * d + m + N * d)):
         Y = layer.attention_step(X, model.alpha_1)
         Phi = field.features(xp.ascontiguousarray(Y[:, 0]), U, b_U)  # (B, N, m)
         K = xp.stack([Phi @ xp.swapaxes(Phi, -1, -2) / m + sw2,
