@@ -117,7 +117,7 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
     ("flavours", "transformer_limits/numeric/flavours.py", ("tests/test_runtime.py", "tests/test_kernel_families_warm.py")),
     ("sphere_loops", "transformer_limits/numeric/sphere/loops.py",
      ("tests/test_sphere_runs.py", "tests/test_batched_simulators_cpu.py", "tests/test_transcriptions_paper_b.py?",
-      "tests/test_batched_runs.py?")),
+      "tests/test_batched_runs.py?", "tests/test_common_noise_sde.py")),
     ("derivation_cache", "transformer_limits/symbolic/derivation_cache.py",
      ("tests/test_derivation_cache.py", "tests/test_derivation_pages_cache.py")),
     ("lyapunov_simulation", "transformer_limits/numeric/sphere/lyapunov.py",

@@ -7,6 +7,7 @@ from transformer_limits.numeric.sphere.common_noise_sde import (
     STRONG_ORDER,
     CommonNoiseSDE,
     coupled_discrete_and_sde,
+    coupled_width_chains,
     psd_sqrt,
     sde_top_lyapunov,
     strong_errors_random_features,
@@ -198,6 +199,37 @@ def test_coupling_feeds_the_layer_the_sum_of_the_sde_increments():
     np.testing.assert_allclose(disc, np.stack(ref_disc), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(grid, np.stack(ref_grid), rtol=1e-10, atol=1e-12)
     assert sup_err == pytest.approx(max(errs), rel=1e-9)
+
+
+def test_width_chains_are_the_two_discrete_chains_with_the_same_z():
+    """Layer l: draws U, b_U (sample_features) then Z (N, d); both chains take Y = LN(x + dt A(x)) (the
+    attention step), then the width-m chain x' = LN(y + sqrt(dt) (K^m)^(1/2) Z) with
+    K^m_ij = (1/m) sum_k phi(<u_k, y_i>/sqrt(d) + b_k) phi(<u_k, y_j>/sqrt(d) + b_k) + sigma_W^2 and the
+    m = inf chain the same with the limit kernel K(Y) (the SDE's kernel matrix); PSD roots by eigh."""
+    L, beta, T = 3, 1.2, 0.9
+    model = SphereTransformer(D, M, L, T=T, sigma_u=SU, sigma_w=SW, attention="attractive", beta=beta)
+    sde = CommonNoiseSDE.from_model(model)
+    X0 = _tokens(4, 5)
+    got_m, got_inf = coupled_width_chains(model, sde, X0, 11)
+
+    def root(K):
+        w, Q = np.linalg.eigh(K)
+        return Q @ np.diag(np.sqrt(np.clip(w, 0.0, None))) @ Q.T
+
+    rng, dt = np.random.default_rng(11), T / L
+    Xm = Xinf = X0
+    for _ in range(L):
+        U, b_U = rng.standard_normal((M, D)), SU * rng.standard_normal(M)
+        Z = rng.standard_normal((5, D))
+        Ym = np.array([unit(x + dt * a) for x, a in zip(Xm, attention_loop(Xm, beta, 1.0))])
+        Yinf = np.array([unit(x + dt * a) for x, a in zip(Xinf, attention_loop(Xinf, beta, 1.0))])
+        Phi = np.array([[max(float(U[k] @ y) / math.sqrt(D) + b_U[k], 0.0) for k in range(M)] for y in Ym])
+        Km = np.array([[sum(Phi[i, k] * Phi[j, k] for k in range(M)) / M + SW**2 for j in range(5)] for i in range(5)])
+        Xm = np.array([unit(v) for v in Ym + math.sqrt(dt) * root(Km) @ Z])
+        Xinf = np.array([unit(v) for v in Yinf + math.sqrt(dt) * root(sde.kernel_matrix(Yinf)) @ Z])
+    np.testing.assert_allclose(got_m, Xm, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got_inf, Xinf, rtol=1e-10, atol=1e-12)
+    assert not np.allclose(got_m, got_inf)  # the two fields differ at width M = 4
 
 
 # ============================================================================ Lyapunov exponent
