@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, cast
 
 import numpy as np
 
@@ -391,9 +391,10 @@ def coupled_run(rt: Runtime, model: ModelConstants, sde: SDEConstants, X0: np.nd
     X, X̄ (B, L+1, N, d) and the sups (B,): bitwise B separate runs (every reduction is per run and
     along the same axis)."""
     if np.ndim(X0) == 3:
-        return _coupled_runs(rt, model, sde, np.asarray(X0, dtype=np.float64), substeps, list(draw), renormalise)
-    X, Xbar, sup = _coupled_runs(rt, model, sde, np.asarray(X0, dtype=np.float64)[None], substeps, [draw],
-                                 renormalise)
+        return _coupled_runs(rt, model, sde, np.asarray(X0, dtype=np.float64), substeps,
+                             list(cast(Sequence[Draw], draw)), renormalise)
+    X, Xbar, sup = _coupled_runs(rt, model, sde, np.asarray(X0, dtype=np.float64)[None], substeps,
+                                 [cast(Draw, draw)], renormalise)
     return X[0], Xbar[0], float(sup[0])
 
 
@@ -442,7 +443,7 @@ def width_chains_run(rt: Runtime, model: ModelConstants, sde: SDEConstants, X0: 
     independent pairs of chains as one state (B, 2, N, d) and return the final states (B, N, d) each,
     bitwise B separate runs."""
     batched = np.ndim(X0) == 3
-    draws = list(draw) if batched else [draw]
+    draws = list(cast(Sequence[Draw], draw)) if batched else [cast(Draw, draw)]
     X0s = np.asarray(X0, dtype=np.float64).reshape(-1, *np.shape(X0)[-2:])
     if len(draws) != X0s.shape[0]:
         raise ValueError(f"draw must hold one draw per run ({X0s.shape[0]}), got {len(draws)}")

@@ -347,6 +347,9 @@ class _SharedState:
     keeps them (a forked worker inherits this module's state but must not use its parent's pools)."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.depth = 0
         self.owner: int | None = None
         self.pools: dict[tuple[int, str], _KeptPool] = {}
@@ -394,7 +397,7 @@ def shared_pools() -> Iterator[None]:
     are shut down on leaving (their workers stopped at once when leaving by an exception).  Nested
     contexts share the outer one's pools; in a forked worker the parent's pools are never used."""
     if _SHARED.depth and _SHARED.owner != os.getpid():  # a forked child: start afresh
-        _SHARED.__init__()
+        _SHARED.reset()
     _SHARED.depth += 1
     _SHARED.owner = os.getpid()
     clean = False
