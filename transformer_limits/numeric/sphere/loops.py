@@ -390,20 +390,26 @@ def coupled_run(rt: Runtime, model: ModelConstants, sde: SDEConstants, X0: np.nd
     step for all runs, the per-run maps (attention, features, MLP field) per run -- and return
     X, X̄ (B, L+1, N, d) and the sups (B,): bitwise B separate runs (every reduction is per run and
     along the same axis)."""
-    if np.ndim(X0) == 3:
-        return _coupled_runs(rt, model, sde, np.asarray(X0, dtype=np.float64), substeps,
-                             list(cast(Sequence[Draw], draw)), renormalise)
-    X, Xbar, sup = _coupled_runs(rt, model, sde, np.asarray(X0, dtype=np.float64)[None], substeps,
-                                 [cast(Draw, draw)], renormalise)
-    return X[0], Xbar[0], float(sup[0])
+    batched, X0s, draws = _runs(X0, draw)
+    X, Xbar, sup = _coupled_runs(rt, model, sde, X0s, substeps, draws, renormalise)
+    return (X, Xbar, sup) if batched else (X[0], Xbar[0], float(sup[0]))
+
+
+def _runs(X0: np.ndarray, draw: Draw | Sequence[Draw]) -> tuple[bool, np.ndarray, list[Draw]]:
+    """(batched, X0s (B, N, d) float64, the B runs' draws) of one run (X0 (N, d), one draw) or of B
+    runs (X0 (B, N, d), a sequence of B draws; ValueError otherwise)."""
+    batched = np.ndim(X0) == 3
+    draws = list(cast(Sequence[Draw], draw)) if batched else [cast(Draw, draw)]
+    X0s = np.asarray(X0, dtype=np.float64).reshape(-1, *np.shape(X0)[-2:])
+    if len(draws) != X0s.shape[0]:
+        raise ValueError(f"draw must hold one draw per run ({X0s.shape[0]}), got {len(draws)}")
+    return batched, X0s, draws
 
 
 def _coupled_runs(rt: Runtime, model: ModelConstants, sde: SDEConstants, X0s: np.ndarray, substeps: int,
                   draws: list[Draw], renormalise: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     xp, m, d, L = rt.xp, model.m, model.d, model.L
     B = X0s.shape[0]
-    if len(draws) != B:
-        raise ValueError(f"draw must hold one draw per run ({B}), got {len(draws)}")
     dt = model.dt
     h = dt / substeps
     layer, field = Pieces(rt, model), Pieces(rt, sde)
@@ -442,11 +448,7 @@ def width_chains_run(rt: Runtime, model: ModelConstants, sde: SDEConstants, X0: 
     Batched: X0 (B, N, d) and ``draw`` a sequence of B draws (as in :func:`coupled_run`) advance B
     independent pairs of chains as one state (B, 2, N, d) and return the final states (B, N, d) each,
     bitwise B separate runs."""
-    batched = np.ndim(X0) == 3
-    draws = list(cast(Sequence[Draw], draw)) if batched else [cast(Draw, draw)]
-    X0s = np.asarray(X0, dtype=np.float64).reshape(-1, *np.shape(X0)[-2:])
-    if len(draws) != X0s.shape[0]:
-        raise ValueError(f"draw must hold one draw per run ({X0s.shape[0]}), got {len(draws)}")
+    batched, X0s, draws = _runs(X0, draw)
     xp, m, d, L = rt.xp, model.m, model.d, model.L
     layer, field = Pieces(rt, model), Pieces(rt, sde)
     X = layer_norm(xp, rt.put(X0s))
