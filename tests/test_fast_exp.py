@@ -101,3 +101,52 @@ def test_fast_exp_float32_is_float32_throughout(row_exp32):
     module.fast_exp(np.float32(0.5))
     for cres in module.fast_exp.overloads.values():
         assert not [k for k, t in cres.type_annotation.typemap.items() if "float64" in str(t)]
+
+
+# ------------------------------------------------------------------ the two scalings of p 2^k
+_PORTABLE_TARGET = {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "+avx,+avx2,+fma,+sse4.2,+popcnt,+f16c"}
+
+
+def _scaling_inputs(precision):
+    """Every regime of p 2^k: subnormal results, the last normals, both overflow edges, random."""
+    rng = np.random.default_rng(3)
+    if precision == "float64":
+        edges = [np.linspace(-746.0, -700.0, 20_001), np.linspace(700.0, 710.0, 5_001)]
+        return np.concatenate(edges + [rng.uniform(-746.0, 710.0, 50_000), rng.uniform(-2.0, 2.0, 10_000)])
+    edges = [np.linspace(-104.0, -80.0, 20_001), np.linspace(80.0, 89.0, 5_001)]
+    return np.concatenate(edges + [rng.uniform(-104.0, 89.0, 50_000)]).astype(np.float32)
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_fast_exp_vscalef_and_portable_scalings_agree_bit_for_bit(tmp_path, precision, row_exp, row_exp32):
+    """On an AVX-512 host ``_times_pow2`` is one vscalef, elsewhere two exponent-bit factors: both round
+    p 2^k once, so they must agree bit for bit.  The portable code is compiled in a subprocess for a
+    Haswell target (AVX2, no AVX-512) and compared with this process's (vscalef where the host has it)."""
+    import subprocess
+
+    x = _scaling_inputs(precision)
+    np.save(tmp_path / "x.npy", x)
+    script = tmp_path / "portable.py"
+    script.write_text("\n".join(["import numba", "import numpy"] + fast_exp_lines(precision) + [
+        "", "", '@numba.njit(fastmath={"contract", "reassoc"})', "def row_exp(x, out):",
+        "    for j in range(x.shape[0]):", "        out[j] = fast_exp(x[j])", "",
+        f"x = numpy.load({str(tmp_path / 'x.npy')!r})", "out = numpy.empty_like(x)", "row_exp(x, out)",
+        f"numpy.save({str(tmp_path / 'out.npy')!r}, out)",
+        "assert 'vscalef' not in ''.join(row_exp.inspect_asm().values())", ""]))
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("NUMBA_CPU")}
+    subprocess.run([sys.executable, str(script)], env={**env, **_PORTABLE_TARGET}, check=True, timeout=300)
+    here = (row_exp if precision == "float64" else row_exp32)(x)
+    portable = np.load(tmp_path / "out.npy")
+    bits = np.int64 if precision == "float64" else np.int32
+    np.testing.assert_array_equal(here.view(bits), portable.view(bits))
+
+
+def test_fast_exp_uses_vscalef_where_the_host_has_avx512(row_exp):
+    """The fast path is taken where it exists (a renamed Numba attribute would silently drop it)."""
+    import llvmlite.binding as ll
+
+    if not ll.get_host_cpu_features().get("avx512f", False):
+        pytest.skip("host without AVX-512: the portable scaling is the only one")
+    module = sys.modules["fast_exp_row_float64"]
+    row_exp(np.zeros(16))
+    assert "vscalefpd" in "".join(module.row_exp.inspect_asm().values())

@@ -185,12 +185,13 @@ def _launch_every_float32_kernel() -> dict:
     A, LZ, F = np.empty((H, N, dv), f32), np.empty((H, N), f32), np.empty((N, d), f32)
     rt.call(m, "features", H * N, X, Qs, Ks, Vs, QF, KT, VT)
     rt.call(m, "forward", N, QF, KT, VT, Os, c, 1.0, False, T, A, LZ, F)  # beta a Python float: cast by rt
-    KBP, VBP, XJ = np.empty((T, H, dk, N), f32), np.empty((T, H, dv, N), f32), np.empty((N, d), f32)
-    rt.call(m, "adjoint", N, _rand(rng, N, d), Qs, Os, c, QF, KT, VT, A, LZ, 1.0, True, np.empty((H, N, dk), f32),
-            KBP, VBP, XJ)
-    rt.call(m, "finish", N, KBP, VBP, Ks, Vs, XJ, True, np.empty((H, dk, N), f32), np.empty((H, dv, N), f32),
+    KBP, VBP, QBAR = np.empty((T, H, dk, N), f32), np.empty((T, H, dv, N), f32), np.empty((H, N, dk), f32)
+    rt.call(m, "adjoint", N, _rand(rng, N, d), Os, c, QF, KT, VT, A, LZ, 1.0, True, QBAR, KBP, VBP)
+    rt.call(m, "finish", N, KBP, VBP, Qs, Ks, Vs, QBAR, True, np.empty((H, dk, N), f32), np.empty((H, dv, N), f32),
             np.empty((N, d), f32))
-    checked.update({f"adjoint.{k}": getattr(m, k) for k in ("features", "forward", "adjoint", "finish")})
+    rt.call(m, "features_serial", H * N, X, Qs, Ks, Vs, QF, KT, VT)
+    checked.update({f"adjoint.{k}": getattr(m, k) for k in ("features", "features_serial", "forward", "adjoint",
+                                                            "finish")})
     for act in ("relu", "gelu"):
         m = MLP_FIELD.load(NUMBA, precision="float32", activation=act)
         Phi = np.empty((N, 5), f32)

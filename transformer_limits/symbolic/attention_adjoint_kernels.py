@@ -13,29 +13,37 @@ reassociated j-sums, no nnan/ninf), so LLVM vectorises them over j (AVX2: four p
 AVX-512: eight).  A pair loop vectorises only if it is a pure j-sum into scalar locals plus stores, or
 a contiguous-j update of one output row: several updated rows per loop need more runtime alias checks
 than LLVM allows.
-Row passes are split into T tasks (T = min(threads, N), chosen by the caller), task t owning rows i = t, t + T, ... (balanced
-when causal) and its scratch rows:
+The forward's row passes are split into T tasks (chosen by the caller), task t owning rows i = t, t + T,
+... (balanced when causal); the adjoint's into tasks (h, g), head h and rows i = g, g + G, ... (G row
+groups per head, chosen by the caller):
 
-``features``       (h, i) pass: QF = Q x^i (H, N, d_k), KT = K x^i, VT = V x^i (transposed)
-``forward``        row pass: per head, a row of logits beta <q^i, k^j> over the visible j (all, or
-                   j <= i when causal), its maximum (MAX_LANES lanes), the max-shifted softmax sums, A^i, log Z^i, and
-                   the layer field F^i = sum_h c_h O_h A_h^i
-``adjoint``        row pass in blocks of ADJ_ROWS rows (i0 + r T) per task; per (block, h), for each row:
-                   g^i = c_h O_h^T p^i, gA^i = <g^i, A^i>, then one sweep over j (vectorised): logit,
-                   P_ij = exp(logit - log Z^i), pair score sbar_ij, qbar^i = sum_j sbar_ij d logit/d q
-                   (j-sums in scalar locals), P_ij and sbar_ij into the block's scratch rows, and the
-                   Jacobian term XJ^i = sum_h Q_h^T qbar_h^i; then one contiguous-j sweep per component
-                   (vectorised) adds the block's kbar^j += sbar_ij d logit/d k, vbar^j += P_ij g^i into task
-                   t's partials KBP[t], VBP[t] (T, H, d_k|d_v, N), zeroed by the task on entry (the caller
-                   may reuse the arrays)
-``finish``         per (head, block of FIN_KEYS keys): KBT, VBT = the partials summed over t in order
-                   (bitwise numpy's sum over axis 0); then per block of keys, xbar^j = XJ^j + sum_h (K_h^T
-                   kbar_h^j + V_h^T vbar_h^j) (h in order; the Lions term once per key, not once per task;
-                   ``lions=0`` drops it, for the wrong-model test)
+``features``       per (head, block of FEAT_TOKENS tokens), one loop over the tokens per output component
+                   (vectorised over tokens, unsigned indices): QF = Q x^i (H, N, d_k), KT = K x^i,
+                   VT = V x^i (transposed); ``features_serial`` is the same on the calling thread (the
+                   layer stacks use it for small H N, where a parallel launch costs more than the work)
+``forward``        per task and head, rows in pairs (i, i + T): (1) one sweep over the visible keys j
+                   (all, or j <= i when causal) writes both rows' logits beta <q^i, k^j> and their maxima
+                   (an integer max of order keys: vectorised, the same maximum as a float max), each key's
+                   features loaded once for the two rows; (2) per row, e_j = exp(logit - m) in place and
+                   its sum s; (3) one sweep over the values for both rows: A^i = sum_j e_j v^j / s;
+                   log Z^i = m + log s; F^i = sum_h c_h O_h A_h^i (h in order)
+``adjoint``        per task (h, g), rows in blocks of ADJ_ROWS (i0 + r G): each row's g^i = c_h O_h^T p^i,
+                   gA^i = <g^i, A^i> and key coefficients kc^i = d logit / d k; then sweeps over j
+                   (vectorised), each with few live registers: the logits of two rows at a time (shared
+                   key loads) into the scratch rows PR; per row P_ij = exp(logit - log Z^i) in place; per
+                   row the pair score sbar_ij (scratch SR) and qbar^i = sum_j sbar_ij d logit/d q; then
+                   one contiguous-j sweep per component adds the block's kbar^j += sbar_ij kc^i and
+                   vbar^j += P_ij g^i to the task's partials KBP[g, h], VBP[g, h] (G, H, d_k|d_v, N),
+                   zeroed by the task on entry (the caller may reuse the arrays); G = 1 leaves nothing to
+                   sum
+``finish``         per (head, block of FIN_KEYS keys): KBT, VBT = the partials summed over g in order;
+                   then per block of tokens, xbar^j = sum_h [Q_h^T qbar_h^j + K_h^T kbar_h^j + V_h^T
+                   vbar_h^j] (h in order; the Lions term, K^T kbar + V^T vbar, once per key; ``lions=0``
+                   drops it, for the wrong-model test)
 
 Array conventions (C order, float64): X (N, d); Qs, Ks (H, d_k, d); Vs (H, d_v, d); Os (H, d, d_v);
-c (H,) head weights; A (H, N, d_v); QF, QBAR (H, N, d_k); KT, KBP[t] (H, d_k, N); VT, VBP[t] (H, d_v, N);
-LOGZ (H, N); F, PC, XJ, XB (N, d); KBT (H, d_k, N), VBT (H, d_v, N).
+c (H,) head weights; A (H, N, d_v); QF, QBAR (H, N, d_k); KT, KBP[g] (H, d_k, N); VT, VBP[g] (H, d_v, N);
+LOGZ (H, N); F, PC, XB (N, d); KBT (H, d_k, N), VBT (H, d_v, N).
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ import re
 from transformer_limits.numeric.flavours import PYTHON_NUMBA, flavour_named
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.symbolic.attention_adjoint_cuda import cuda_source
-from transformer_limits.symbolic.codegen import (CodeBlock, code_block, indent, lane_max_lines, source_key,
+from transformer_limits.symbolic.codegen import (CodeBlock, code_block, indent, order_key_lines, source_key,
                                                  typed_python_source, unkeyed_name)
 from transformer_limits.symbolic.fast_exp import fast_exp_lines
 from transformer_limits.symbolic.template_pieces import adjoint_pieces
@@ -53,14 +61,15 @@ from transformer_limits.symbolic.template_pieces import adjoint_pieces
 __all__ = ["adjoint_kernel_source", "adjoint_kernel_sources"]
 
 ADJOINT_FLAVOURS = LAYER_ADJOINT.flavours  # flavour name -> Flavour record (kernel family LAYER_ADJOINT)
-MAX_LANES = 8  # lanes of the row-maximum loop (a power of two)
 ADJ_ROWS = 4  # query rows per block of the adjoint's key/value partial updates
 FIN_KEYS = 512  # keys per task of the adjoint's finish (partial sums and Lions term)
+FEAT_TOKENS = 256  # tokens per task of the feature maps
+FEAT_PARALLEL_ITEMS = 16384  # token-heads H N from which a layer stack computes the feature maps in parallel
 
 
 class _Blocks:
     GROUPS = ("query", "key", "logit", "head_out", "cotangent", "g_dot_a", "pair_score", "query_inc",
-              "key_inc", "value_inc", "jac_vjp", "lions_vjp")
+              "key_inc", "value_inc", "jac_vjp", "lions_vjp", "key_coef")
 
     def __init__(self, d: int, d_k: int, d_v: int):
         P = adjoint_pieces(d, d_k, d_v)
@@ -128,127 +137,217 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
                 + ["    for i in range(t, N, T):",
                  "        stop = i + 1 if causal else N"] + ["        " + s for s in body])
 
-    features = (["H = Qs.shape[0]", "N = X.shape[0]", "for t in numba.prange(H * N):",
-                 "    h = t // N", "    i = t - h * N"]
+    # features per (head, block of FEAT_TOKENS tokens): one loop over the tokens per output component, each
+    # vectorised over tokens i (loads from the transposed tokens XT, rows contiguous in i; one store
+    # stream, so one runtime alias check); q goes through the task's scratch QT into QF (H, N, d_k).
+    # Unsigned token indices: Numba's negative-index wraparound of a signed index LLVM cannot prove >= 0
+    # would turn every load into a gather
+    def component_loops(group: str, sym: str, n: int, store: str) -> list[str]:
+        lines = b.lines(group)
+        if group == "key":  # keys and values; the block is written in y
+            lines = [x.replace("y_", "x_") for x in lines]
+        return [x for e in range(n) for x in ["for i in range(i0, i1):"]
+                + ["    " + y for y in [f"x_{a} = XT[{a}, i]" for a in range(d)]
+                   + _needed(lines, f"{sym}_{e}") + [store.format(e=e, v=f"{sym}_{e}")]]]
+
+    features = (["H = Qs.shape[0]", "N = X.shape[0]", f"XT = numpy.empty(({d}, N))", "for i in range(N):"]
+                + [f"    XT[{a}, i] = X[i, {a}]" for a in range(d)]
+                + [f"NB = (N + {FEAT_TOKENS - 1}) // {FEAT_TOKENS}", "for t in numba.prange(H * NB):", "    h = t // NB",
+                   f"    j0 = (t - h * NB) * {FEAT_TOKENS}", "    i0 = numba.uint64(j0)",
+                   f"    i1 = numba.uint64(min(N, j0 + {FEAT_TOKENS}))",
+                   f"    QT = numpy.empty(({d_k}, {FEAT_TOKENS}))"]
                 + ["    " + s for s in _unpack("Q", d_k, d) + _unpack("K", d_k, d) + _unpack("V", d_v, d)
-                   + _loads("x", d, "X", "i") + b.lines("query")
-                   + [s.replace("y_", "x_") for s in b.lines("key")]  # key block is written in y
-                   + _stores("QF", hi, "q", d_k) + _cols("KT", "h", "i", "k", d_k) + _cols("VT", "h", "i", "v", d_v)])
-    logit_row = (["for j in range(stop):"]
-                 + ["    " + s for s in _rows("k", d_k, "KT", "h", "j") + b.lines("logit") + ["row[j] = logit"]])
-    # row maximum in MAX_LANES independent lanes (SLP-vectorised compare/select; NaN is skipped as before)
-    row_max = lane_max_lines("row", "stop", MAX_LANES)
+                   + component_loops("query", "q", d_k, "QT[{e}, i - i0] = {v}")
+                   + component_loops("key", "k", d_k, "KT[h, {e}, i] = {v}")
+                   + component_loops("key", "v", d_v, "VT[h, {e}, i] = {v}")
+                   + ["for i in range(i0, i1):"] + [f"    QF[h, i, {a}] = QT[{a}, i - i0]" for a in range(d_k)]])
+    def fwd_rows(R: int) -> list[str]:
+        """A block of R = 1 or 2 rows i_r = i + r T of task t, one head (rows ``rows[r]``): (1) the logits
+        of all R rows in one sweep over the keys (each key's features loaded once for the R rows: the
+        sweeps stream K and V from L2 at N = 1024, so loads shared by two rows halve that traffic) with
+        each row's maximum, an integer max over order keys (vectorised, where a float compare-and-select
+        is not; the same maximum); (2) per row, e_j = exp(l_j - m) in place and its sum s (a lean loop: the
+        exp's constants stay in registers); (3) the R rows' value sums, one sweep over the values.
+        Causal rows see different numbers of keys (stop_r): the joint sweeps run to stop_0, row 1 alone
+        to stop_1."""
+        sfx = [f"_r{r}" for r in range(R)]
+        ren = lambda lines, r: [re.sub(r"\b(logit|q_\d+|_l\d+)\b", rf"\1{sfx[r]}", x) for x in lines]  # noqa: E731
+        out = [f"i{r} = i + {r} * T" for r in range(R)] + [f"stop{r} = i{r} + 1 if causal else N" for r in range(R)]
+        for r in range(R):
+            out += ren(_loads("q", d_k, "QF", f"h, i{r}"), r) + [f"mk{r} = _order_key(-math.inf)"]
+
+        def logits(rs: list[int], lo: str, hi: str) -> list[str]:
+            body = _rows("k", d_k, "KT", "h", "j")
+            for r in rs:
+                body += ren(b.lines("logit"), r) + [f"rows[{r}, j] = logit{sfx[r]}", f"kj = _order_key(logit{sfx[r]})",
+                                                    f"mk{r} = kj if kj > mk{r} else mk{r}"]
+            return [f"for j in range({lo}, {hi}):"] + ["    " + x for x in body]
+
+        def values(rs: list[int], lo: str, hi: str) -> list[str]:
+            body = [f"e{r} = rows[{r}, j]" for r in rs] + _rows("v", d_v, "VT", "h", "j")
+            body += [f"acc{r}_{c} += e{r} * v_{c}" for r in rs for c in range(d_v)]
+            return [f"for j in range({lo}, {hi}):"] + ["    " + x for x in body]
+
+        out += logits(list(range(R)), "0", "stop0") + (logits([1], "stop0", "stop1") if R == 2 else [])
+        for r in range(R):
+            out += [f"m{r} = _order_value(mk{r})", f"s{r} = 0.0", f"for j in range(stop{r}):",
+                    f"    e = fast_exp(rows[{r}, j] - m{r})", f"    rows[{r}, j] = e", f"    s{r} += e"]
+        out += [f"acc{r}_{c} = 0.0" for r in range(R) for c in range(d_v)]
+        out += values(list(range(R)), "0", "stop0") + (values([1], "stop0", "stop1") if R == 2 else [])
+        for r in range(R):
+            out += ([f"A_{c} = acc{r}_{c} / s{r}" for c in range(d_v)] + _stores("A", f"h, i{r}", "A", d_v)
+                    + [f"LOGZ[h, i{r}] = m{r} + math.log(s{r})"] + b.lines("head_out")
+                    + [f"F[i{r}, {a}] += o_{a}" for a in range(d)])
+        return out
+
     # heads outermost within a task: its rows sweep one head's keys and values (2 (d_k + d_v) N floats,
     # kept in L2) before the next head's, instead of every head's per row (H times that: past L2 at
-    # H = 32, N = 1024).  F[i] is summed over h in the same order as before (bitwise)
-    forward = (["H = QF.shape[0]", "N = QF.shape[1]", "for t in numba.prange(T):", "    row = numpy.empty(N)",
+    # H = 32, N = 1024); rows in pairs (i, i + T), a last odd row alone.  F[i] is summed over h in order
+    forward = (["H = QF.shape[0]", "N = QF.shape[1]", "for t in numba.prange(T):", "    rows = numpy.empty((2, N))",
                 "    for i in range(t, N, T):"] + [f"        F[i, {a}] = 0.0" for a in range(d)]
                + ["    for h in range(H):", "        wh = c[h]"] + ["        " + s for s in _unpack("O", d, d_v)]
-               + ["        for i in range(t, N, T):", "            stop = i + 1 if causal else N"]
-               + ["            " + s for s in _loads("q", d_k, "QF", hi) + logit_row + row_max
-                  + ["s = 0.0"] + [f"acc_{c} = 0.0" for c in range(d_v)]
-                  + ["for j in range(stop):", "    e = fast_exp(row[j] - m)", "    s += e"]
-                  + [f"    acc_{c} += e * VT[h, {c}, j]" for c in range(d_v)]
-                  + [f"A_{c} = acc_{c} / s" for c in range(d_v)] + _stores("A", hi, "A", d_v)
-                  + ["LOGZ[h, i] = m + math.log(s)"]
-                  + b.lines("head_out") + [f"F[i, {a}] += o_{a}" for a in range(d)]])
-    # Rows are taken in blocks of R = ADJ_ROWS (rows i0 + r T, r < R, of task t).  Per (block, head):
-    # sweep 1 per row (vectorised over j): logit, P_ij, sbar_ij and the j-sums qbar^i; P_ij and sbar_ij go
-    # to the scratch rows PR[r], SR[r] (zero beyond the row's visible keys); sweep 2 per component
-    # (vectorised over j, one contiguous-j update each): task partials kbar^j, vbar^j (T, H, d_k|d_v, N)
-    # += the block's R pair terms
+               + ["        for i in range(t, N, 2 * T):", "            if i + T < N:"]
+               + ["                " + s for s in fwd_rows(2)] + ["            else:"]
+               + ["                " + s for s in fwd_rows(1)])
+    # Tasks (h, g), g < G: head h, rows i = g, g + G, ... (G row groups per head, chosen by the caller), each
+    # task with its own key-side partials KBP[g, h], VBP[g, h] (G, H, d_k|d_v, N), zeroed on entry: one
+    # head's keys, values and partials stay in L1/L2, and at H >= 16 (G = 1) no partials are summed at all.
+    # Rows are taken in blocks of R = ADJ_ROWS (rows i0 + r G, r < R).  Per block: sweep 1 per row
+    # (vectorised over j): logit, P_ij, sbar_ij and the j-sums qbar^i; P_ij and sbar_ij go to the scratch
+    # rows PR[r], SR[r] (zero beyond the row's visible keys); sweep 2 per component (vectorised over j, one
+    # contiguous-j update each): kbar^j, vbar^j += the block's R pair terms
     R = ADJ_ROWS
 
     def renamed(lines: list[str], r: int) -> list[str]:
         """Per-pair key/value lines for block row r: symbols of the row get the suffix _r{r}."""
         return [re.sub(r"\b(sbar|p|q_\d+|g_\d+|_k\d+|dk_\d+|dv_\d+)\b", rf"\1_r{r}", s_) for s_ in lines]
 
-    row_pass = (_loads("ct", d, "PC", "i") + ["wh = c[h]"] + b.lines("cotangent") + _loads("A", d_v, "A", hi)
-                + b.lines("g_dot_a") + _loads("q", d_k, "QF", hi) + ["lz = LOGZ[h, i]"]
-                + [f"qb_{b_} = 0.0" for b_ in range(d_k)] + ["for j in range(stop):"]
-                + ["    " + s_ for s_ in _rows("k", d_k, "KT", "h", "j") + _rows("v", d_v, "VT", "h", "j")
-                   + b.lines("logit") + ["p = fast_exp(logit - lz)"] + b.lines("pair_score")
-                   + b.lines("query_inc") + [f"qb_{b_} += dq_{b_}" for b_ in range(d_k)]
-                   + ["PR[r, j] = p", "SR[r, j] = sbar"]]
-                + ["for j in range(stop, smax):", "    PR[r, j] = 0.0", "    SR[r, j] = 0.0"]
-                + _stores("QBAR", hi, "qb", d_k) + b.lines("jac_vjp") + [f"XJ[i, {a}] += xj_{a}" for a in range(d)]
-                + [f"QR[r, {b_}] = q_{b_}" for b_ in range(d_k)] + [f"GR[r, {c_}] = g_{c_}" for c_ in range(d_v)])
-    empty_row = (["for j in range(smax):", "    PR[r, j] = 0.0", "    SR[r, j] = 0.0"]
-                 + [f"QR[r, {b_}] = 0.0" for b_ in range(d_k)] + [f"GR[r, {c_}] = 0.0" for c_ in range(d_v)])
+    # per row of the block: its scalars (q^i, g^i = c_h O_h^T p^i, gA^i = <g^i, A^i>, log Z^i, the visible
+    # keys stop^i; an absent row i >= N sees none) into the block's small arrays QR, GR, GA, LZ, STOP
+    row_setup = (_loads("ct", d, "PC", "i") + b.lines("cotangent") + _loads("A", d_v, "A", hi)
+                 + b.lines("g_dot_a") + _loads("q", d_k, "QF", hi) + b.lines("key_coef")
+                 + [f"QR[r, {b_}] = q_{b_}" for b_ in range(d_k)] + [f"KC[r, {b_}] = kc_{b_}" for b_ in range(d_k)]
+                 + [f"GR[r, {c_}] = g_{c_}" for c_ in range(d_v)]
+                 + ["GA[r] = gA", "LZ[r] = LOGZ[h, i]", "STOP[r] = i + 1 if causal else N"])
+    absent_row = ([f"QR[r, {b_}] = 0.0" for b_ in range(d_k)] + [f"KC[r, {b_}] = 0.0" for b_ in range(d_k)]
+                  + [f"GR[r, {c_}] = 0.0" for c_ in range(d_v)]
+                  + ["GA[r] = 0.0", "LZ[r] = 0.0", "STOP[r] = 0"])
+
+    def logit_pair(rs: list[str], lo: str, hi: str) -> list[str]:
+        """Logits of rows ``rs`` (``"r0"``, ``"r1"``) into PR, one load of each key's features for all."""
+        body = _rows("k", d_k, "KT", "h", "j")
+        for r in rs:
+            body += [re.sub(r"\b(logit|q_\d+|_l\d+)\b", rf"\1_{r}", x) for x in b.lines("logit")]
+            body += [f"PR[{r}, j] = logit_{r}"]
+        return [f"for j in range({lo}, {hi}):"] + ["    " + x for x in body]
+
+    # Sweeps per block, each a lean loop vectorised over j (few live registers, no spills): (A) per pair of
+    # rows, the logits into PR (shared key loads); (E) per row, P_ij = exp(logit - log Z^i) in place; (B)
+    # per row, sbar_ij (SR) and the j-sums qbar^i; PR, SR zero beyond a row's visible keys, up to smax
+    block_sweeps = (
+        ["for rp in range(" + str(R // 2) + "):", "    r0 = 2 * rp", "    r1 = r0 + 1"]
+        + ["    " + x for x in [f"q_{b_}_r0 = QR[r0, {b_}]" for b_ in range(d_k)]
+           + [f"q_{b_}_r1 = QR[r1, {b_}]" for b_ in range(d_k)]
+           + logit_pair(["r0", "r1"], "0", "STOP[r0]") + logit_pair(["r1"], "STOP[r0]", "STOP[r1]")]
+        + [f"for r in range({R}):", "    lz = LZ[r]", "    stop = STOP[r]", "    for j in range(stop):",
+           "        PR[r, j] = fast_exp(PR[r, j] - lz)", "    for j in range(stop, smax):", "        PR[r, j] = 0.0"]
+        + [f"for r in range({R}):", "    stop = STOP[r]", "    gA = GA[r]"]
+        + ["    " + x for x in [f"g_{c_} = GR[r, {c_}]" for c_ in range(d_v)] + [f"q_{b_} = QR[r, {b_}]" for b_ in range(d_k)]
+           + [f"qb_{b_} = 0.0" for b_ in range(d_k)] + ["for j in range(stop):"]
+           + ["    " + y for y in ["p = PR[r, j]"] + _rows("k", d_k, "KT", "h", "j") + _rows("v", d_v, "VT", "h", "j")
+              + b.lines("pair_score") + b.lines("query_inc") + [f"qb_{b_} += dq_{b_}" for b_ in range(d_k)]
+              + ["SR[r, j] = sbar"]]
+           + ["for j in range(stop, smax):", "    SR[r, j] = 0.0"]
+           + ["if stop > 0:"] + ["    " + f"QBAR[h, i0 + r * G, {b_}] = qb_{b_}" for b_ in range(d_k)]])
     def partial_updates(n: int, coef: str, coefs: str, pair: str, pairs: str, group: str, out: str, arr: str):
-        """Per component e < n: arr[t, h, e, j] += the block's R terms ``out_e`` (SymPy lines of ``group``)."""
+        """Per component e < n: arr[g, h, e, j] += the block's R terms ``out_e`` (SymPy lines of ``group``)."""
         return [s_ for e in range(n) for s_ in
                 [f"{coef}_{e}_r{r} = {coefs}[{r}, {e}]" for r in range(R)] + ["for j in range(smax):"]
                 + ["    " + s_ for r in range(R)
                    for s_ in [f"{pair}_r{r} = {pairs}[{r}, j]"] + renamed(_needed(b.lines(group), f"{out}_{e}"), r)]
-                + [f"    {arr}[t, h, {e}, j] += " + " + ".join(f"{out}_{e}_r{r}" for r in range(R))]]
+                + [f"    {arr}[g, h, {e}, j] += " + " + ".join(f"{out}_{e}_r{r}" for r in range(R))]]
 
-    key_updates = (partial_updates(d_k, "q", "QR", "sbar", "SR", "key_inc", "dk", "KBP")
-                   + partial_updates(d_v, "g", "GR", "p", "PR", "value_inc", "dv", "VBP"))
-    adjoint = (["H = QF.shape[0]", "N = QF.shape[1]", "T = KBP.shape[0]", "for t in numba.prange(T):",
-                "    for h in range(H):"]
-               + ["        for j in range(N):"] + [f"            KBP[t, h, {b_}, j] = 0.0" for b_ in range(d_k)]
-               + [f"            VBP[t, h, {c_}, j] = 0.0" for c_ in range(d_v)]
-               + [
-                f"    PR = numpy.empty(({R}, N))", f"    SR = numpy.empty(({R}, N))", f"    QR = numpy.empty(({R}, {d_k}))",
-                f"    GR = numpy.empty(({R}, {d_v}))", "    for i in range(t, N, T):"]
-               + [f"        XJ[i, {a}] = 0.0" for a in range(d)]
-               # heads outermost within a task (as in forward): the task's row blocks sweep one head's keys,
-               # values and partials in L2 before the next head's; every sum keeps its order (bitwise)
-               + ["    for h in range(H):"]
-               + ["        " + s_ for s_ in _unpack("O", d, d_v) + _unpack("Q", d_k, d)]
-               + [f"        for i0 in range(t, N, {R} * T):",
-                  f"            ilast = min(i0 + {R - 1} * T, i0 + (N - 1 - i0) // T * T)",
-                  "            smax = ilast + 1 if causal else N", f"            for r in range({R}):"]
-               + ["                " + s_ for s_ in ["i = i0 + r * T", "if i < N:", "    stop = i + 1 if causal else N"]]
-               + ["                    " + s_ for s_ in row_pass] + ["                else:"]
-               + ["                    " + s_ for s_ in empty_row]
-               + ["            " + s_ for s_ in key_updates])
-    # finish: (1) per (head, block of FIN_KEYS keys): kbar, vbar = the task partials summed over t in order
-    # (bitwise numpy's sum over axis 0; one contiguous-j loop per component, vectorised); (2) per block of
-    # keys, the Lions term once per key: xbar^j = XJ^j + sum_h (K_h^T kbar_h^j + V_h^T vbar_h^j), h in order
+    # keys: dk_e = sbar kc_e (key_inc, with kc_e = d logit / d k_e the row's coefficient, computed once per
+    # row instead of once per pair and component); values: dv_c (value_inc) = g_c P_ij
+    key_updates = [s_ for e in range(d_k) for s_ in
+                   [f"kc_{e}_r{r} = KC[{r}, {e}]" for r in range(R)] + ["for j in range(smax):"]
+                   + [f"    KBP[g, h, {e}, j] += " + " + ".join(f"SR[{r}, j] * kc_{e}_r{r}" for r in range(R))]]
+    key_updates += partial_updates(d_v, "g", "GR", "p", "PR", "value_inc", "dv", "VBP")
+    adjoint = (["H = QF.shape[0]", "N = QF.shape[1]", "G = KBP.shape[0]", "for task in numba.prange(H * G):",
+                "    h = task // G", "    g = task - h * G", "    wh = c[h]"]
+               + ["    for j in range(N):"] + [f"        KBP[g, h, {b_}, j] = 0.0" for b_ in range(d_k)]
+               + [f"        VBP[g, h, {c_}, j] = 0.0" for c_ in range(d_v)]
+               + [f"    PR = numpy.empty(({R}, N))", f"    SR = numpy.empty(({R}, N))",
+                  f"    QR = numpy.empty(({R}, {d_k}))", f"    KC = numpy.empty(({R}, {d_k}))",
+                  f"    GR = numpy.empty(({R}, {d_v}))",
+                  f"    GA = numpy.empty({R})", f"    LZ = numpy.empty({R})", f"    STOP = numpy.empty({R}, dtype=numpy.int64)"]
+               + ["    " + s_ for s_ in _unpack("O", d, d_v)]
+               + [f"    for i0 in range(g, N, {R} * G):",
+                  f"        ilast = min(i0 + {R - 1} * G, i0 + (N - 1 - i0) // G * G)",
+                  "        smax = ilast + 1 if causal else N", f"        for r in range({R}):"]
+               + ["            " + s_ for s_ in ["i = i0 + r * G", "if i < N:"]]
+               + ["                " + s_ for s_ in row_setup] + ["            else:"]
+               + ["                " + s_ for s_ in absent_row]
+               + ["        " + s_ for s_ in block_sweeps]
+               + ["        " + s_ for s_ in key_updates])
+    # finish: (1) per (head, block of FIN_KEYS keys): kbar, vbar = the group partials summed over g in order
+    # (one contiguous-j loop per component, vectorised; unsigned indices, as in features); (2) per block of
+    # tokens, h in order:
+    # xbar^j = sum_h [Q_h^T qbar_h^j + (K_h^T kbar_h^j + V_h^T vbar_h^j)], the Lions term once per key
+    # (``lions=0`` drops it, for the wrong-model test)
     comps = [("KBP", "KBT", e) for e in range(d_k)] + [("VBP", "VBT", e) for e in range(d_v)]
     sums = [s_ for arr, out_, e in comps
-            for s_ in ["for j in range(j0, j1):", f"    {out_}[h, {e}, j] += {arr}[t, h, {e}, j]"]]
+            for s_ in ["for j in range(j0, j1):", f"    {out_}[h, {e}, j] += {arr}[g, h, {e}, j]"]]
     first = [s_ for arr, out_, e in comps
              for s_ in ["for j in range(j0, j1):", f"    {out_}[h, {e}, j] = {arr}[0, h, {e}, j]"]]
+    jac_term = (_unpack("Q", d_k, d) + ["for j in range(j0, j1):"]
+                + ["    " + s_ for s_ in [f"qb_{b_} = QBAR[h, j, {b_}]" for b_ in range(d_k)] + b.lines("jac_vjp")
+                   + [f"XB[j, {a}] += xj_{a}" for a in range(d)]])
     lions_term = (_unpack("K", d_k, d) + _unpack("V", d_v, d) + ["for j in range(j0, j1):"]
                   + ["    " + s_ for s_ in [f"kb_{b_} = KBT[h, {b_}, j]" for b_ in range(d_k)]
                      + [f"vb_{c_} = VBT[h, {c_}, j]" for c_ in range(d_v)] + b.lines("lions_vjp")
                      + [f"XB[j, {a}] += xl_{a}" for a in range(d)]])
     blocks = f"(N + {FIN_KEYS - 1}) // {FIN_KEYS}"
-    finish = (["T = KBP.shape[0]", "H = KBP.shape[1]", "N = KBP.shape[3]", f"NB = {blocks}",
+    finish = (["G = KBP.shape[0]", "H = KBP.shape[1]", "N = KBP.shape[3]", f"NB = {blocks}",
                "for task in numba.prange(H * NB):"]
-              + ["    " + s_ for s_ in ["h = task // NB", f"j0 = (task - h * NB) * {FIN_KEYS}",
-                                        f"j1 = min(N, j0 + {FIN_KEYS})"]
-                 + first + ["for t in range(1, T):"] + ["    " + x for x in sums]]
+              + ["    " + s_ for s_ in ["h = task // NB", f"k0 = (task - h * NB) * {FIN_KEYS}",
+                                        "j0 = numba.uint64(k0)", f"j1 = numba.uint64(min(N, k0 + {FIN_KEYS}))"]
+                 + first + ["for g in range(1, G):"] + ["    " + x for x in sums]]
               + ["for jb in numba.prange(NB):"]
-              + ["    " + s_ for s_ in [f"j0 = jb * {FIN_KEYS}", f"j1 = min(N, j0 + {FIN_KEYS})",
+              + ["    " + s_ for s_ in [f"k0 = jb * {FIN_KEYS}", "j0 = numba.uint64(k0)",
+                                        f"j1 = numba.uint64(min(N, k0 + {FIN_KEYS}))",
                                         "for j in range(j0, j1):"]
-                 + [f"    XB[j, {a}] = XJ[j, {a}]" for a in range(d)]
-                 + ["if lions:"] + ["    " + x for x in ["for h in range(H):"] + ["    " + y for y in lions_term]]])
-    out = ["import math", "", "import numba", "import numpy"] + fast_exp_lines(precision)
+                 + [f"    XB[j, {a}] = 0.0" for a in range(d)]
+                 + ["for h in range(H):"] + ["    " + x for x in jac_term]
+                 + ["    if lions:"] + ["        " + y for y in lions_term]])
+    out = ["import math", "", "import numba", "import numpy"] + fast_exp_lines(precision) + ["", ""] + order_key_lines()
     out += kernel("features(X, Qs, Ks, Vs, QF, KT, VT)", features)
+    # the same feature maps on the calling thread, for the stacks' small layers: a parallel launch costs
+    # about 0.1 ms, as much as H N = 8192 token-heads of this loop
+    out += kernel("features_serial(X, Qs, Ks, Vs, QF, KT, VT)", features, njit.replace("parallel=True", "parallel=False"))
     out += kernel("forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F)", forward, njit_pairs)
-    out += kernel("adjoint(PC, Qs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, XJ)", adjoint, njit_pairs)
-    out += kernel("finish(KBP, VBP, Ks, Vs, XJ, lions, KBT, VBT, XB)", finish)
+    out += kernel("adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP)", adjoint, njit_pairs)
+    out += kernel("finish(KBP, VBP, Qs, Ks, Vs, QBAR, lions, KBT, VBT, XB)", finish)
     # whole stacks of L layers in one call (residual x_{r+1} = x_r + F_r(x_r), p_r = p_{r+1} + xbar_r): the
     # same kernels in the same order as L host calls, without L times the Python and dispatch overhead
     residual = lambda arr, out, a, b: ["for i in range(N):"] + [  # noqa: E731
         f"    {arr}[{out}, i, {e}] = {arr}[{a}, i, {e}] + {b}[i, {e}]" for e in range(d)]
     forward_stack = (["L = Qs.shape[0]", "N = states.shape[1]", "for r in range(L):"]
-                     + ["    " + s_ for s_ in ["features(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])",
+                     + ["    " + s_ for s_ in [f"if Qs.shape[1] * N < {FEAT_PARALLEL_ITEMS}:",
+                                               "    features_serial(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])",
+                                               "else:",
+                                               "    features(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])",
                                                "forward(QF[r], KT[r], VT[r], Os[r], c[r], beta, causal, T, A[r], "
                                                "LOGZ[r], F)"] + residual("states", "r + 1", "r", "F")])
     adjoint_stack = (["L = Qs.shape[0]", "N = p.shape[1]", "for r in range(L - 1, -1, -1):"]
-                     + ["    " + s_ for s_ in ["adjoint(p[r + 1], Qs[r], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], "
-                                               "beta, causal, QBAR, KBP, VBP, XJ)",
-                                               "finish(KBP, VBP, Ks[r], Vs[r], XJ, lions, KBT, VBT, XB)"]
+                     + ["    " + s_ for s_ in ["adjoint(p[r + 1], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], "
+                                               "beta, causal, QBAR, KBP, VBP)",
+                                               "finish(KBP, VBP, Qs[r], Ks[r], Vs[r], QBAR, lions, KBT, VBT, XB)"]
                         + residual("p", "r", "r + 1", "XB")])
     stack_jit = "@numba.njit(parallel=False, cache=True, fastmath=False)"
     out += kernel("forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOGZ, F)",
                   forward_stack, stack_jit)
-    out += kernel("adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, XJ, "
+    out += kernel("adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, "
                   "KBT, VBT, XB)", adjoint_stack, stack_jit)
     return typed_python_source("\n".join(out) + "\n", precision)
 

@@ -58,6 +58,7 @@ __all__ = [
     "code_block",
     "indent",
     "lane_max_lines",
+    "order_key_lines",
     "print_expr",
     "source_key",
     "typed_python_source",
@@ -261,6 +262,44 @@ def lane_max_lines(row: str, stop: str, lanes: int, weights: str | None = None) 
         out += [f"{x} = {y} if {y} > {x} else {x}" for x, y in zip(names[::2], names[1::2])]
         names = names[::2]
     return out + ["m = m0"]
+
+
+def order_key_lines() -> list[str]:
+    """Module-level source lines (after ``import numba``) of two llvmlite intrinsics for a running maximum
+    that LLVM vectorises: ``_order_key(x)`` maps a float64 (float32) to an int64 (int32) whose integer
+    order is the float order (the IEEE bits, with the 63 (31) non-sign bits of a negative number flipped),
+    ``_order_value(k)`` maps it back.  A loop ``mk = kj if kj > mk else mk`` over ``kj = _order_key(l)``
+    is an integer max reduction (one ``vpmaxsq`` per vector), where the float compare-and-select of
+    :func:`lane_max_lines` is not vectorised (its NaN semantics).  The maximum is the float maximum
+    exactly (-0.0 < +0.0; a NaN with the sign bit clear is above +inf: the caller's softmax is NaN then,
+    as with a NaN logit anyway)."""
+    return [
+        "from llvmlite import ir as _ir_order",
+        "from numba.extending import intrinsic as _intrinsic_order",
+        "",
+        "",
+        "def _flip_negative(builder, bits):",
+        "    width = bits.type.width",
+        "    sign = builder.ashr(bits, _ir_order.Constant(bits.type, width - 1))",
+        "    return builder.xor(bits, builder.and_(sign, _ir_order.Constant(bits.type, (1 << (width - 1)) - 1)))",
+        "",
+        "",
+        "@_intrinsic_order",
+        "def _order_key(typingctx, x):",
+        "    key = numba.types.int64 if x == numba.types.float64 else numba.types.int32",
+        "    def codegen(context, builder, signature, args):",
+        "        return _flip_negative(builder, builder.bitcast(args[0], _ir_order.IntType(key.bitwidth)))",
+        "    return key(x), codegen",
+        "",
+        "",
+        "@_intrinsic_order",
+        "def _order_value(typingctx, k):",
+        "    real = numba.types.float64 if k.bitwidth == 64 else numba.types.float32",
+        "    def codegen(context, builder, signature, args):",
+        "        flt = _ir_order.DoubleType() if real == numba.types.float64 else _ir_order.FloatType()",
+        "        return builder.bitcast(_flip_negative(builder, args[0]), flt)",
+        "    return real(k), codegen",
+    ]
 
 
 # --------------------------------------------------------------------------- float32 Numba sources

@@ -11,9 +11,13 @@ that LLVM inlines and vectorises (AVX2: four lanes):
   zero, so k ln2_hi is exact) and ln2_lo;
 * e^r by its Taylor polynomial of degree 13 (remainder < 5e-18 on |r| <= ln2/2), Horner form with
   the first terms kept exact: 1 + (r + r^2 (1/2 + r (1/6 + ...)));
-* 2^k as two factors 2^k1 2^k2, k1 + k2 = k, built from exponent bits (int64 -> float64 bitcast, a
-  two-line llvmlite intrinsic), so that subnormal results (x < -708.4) are rounded once and correctly
-  and x up to 709.78 does not overflow early.
+* p 2^k rounded once (``_times_pow2(p, t)``, an llvmlite intrinsic reading k from t's bits): with
+  AVX-512 one ``vscalefpd`` (``llvm.ldexp``; the loop vectoriser widens it), elsewhere two factors
+  2^k1 2^k2, k1 + k2 = k, built from exponent bits (int64 -> float64 bitcasts: LLVM expands a vector
+  ``ldexp`` lane by lane without AVX-512, 4.5x slower).  Both round p 2^k once, so subnormal results
+  (x < -708.4) are correctly rounded, x up to 709.78 does not overflow early, and the two agree bit
+  for bit (tests/test_fast_exp.py compiles both); the choice is made at compile time from the target's
+  CPU features, which Numba's cache index records.
 
 Measured against ``numpy.exp`` (``tests/test_fast_exp.py``): at most 1 ulp over [-745, 0] and on
 random samples, NaN/inf/-inf/underflow as numpy.  The helpers use ``fastmath={"contract"}`` only (FMA
@@ -28,9 +32,9 @@ constant a ``numpy.float32`` module constant, so nothing in it promotes to float
   mantissa bits zero, so k ln2_hi is exact for |k| <= 150), ln2_lo = ln2 - ln2_hi rounded to float32
   (the pair is ln2 to 1.6e-12, i.e. < 3e-10 relative error in r for |k| <= 150);
 * e^r by its Taylor polynomial of degree 7 (remainder |r|^8/8! < 6e-9 < 2^-24 e^r on |r| <= ln2/2);
-* 2^k as 2^k1 2^k2 from exponent bits (float32 <-> int32 bitcasts; the integer arithmetic is Numba's
-  int64, the intrinsics sign-extend and truncate), k + 254 split in halves, so subnormal results
-  (k < -126) are rounded once and k = 128 (x up to 88.72) does not overflow early.
+* p 2^k rounded once, as in float64 (``vscalefps`` with AVX-512, else 2^k1 2^k2 from exponent bits,
+  k + 254 split in halves), so subnormal results (k < -126) are rounded once and k = 128 (x up to
+  88.72) does not overflow early.
 
 Measured (``tests/test_fast_exp.py``) against exp computed in float64 and rounded to float32: at most 1
 float32 ulp over [-104, 89] (subnormal results included) and on random samples (``numpy.exp`` in float32
@@ -59,6 +63,36 @@ LN2_HI_F32 = 0.693115234375  # 0x3f317000
 LN2_LO_F32 = 3.194618329871446e-05  # float32(ln2 - LN2_HI_F32)
 
 
+def _times_pow2_lines(precision: str) -> list[str]:
+    """Source lines of the intrinsic ``_times_pow2(p, t)`` = p 2^k rounded once, k = bits(t) - bits(shifter)
+    (the integer the shifter trick leaves in t's low mantissa bits).  Its code depends on the compile
+    target, not on the source text: ``llvm.ldexp`` (one ``vscalefpd``/``vscalefps`` per vector) where the
+    target has AVX-512, else the product of two exact powers of two 2^k1 2^k2 (k1 = (k + 2 bias) >> 1,
+    k2 = the rest, each a normal number built from exponent bits)."""
+    if precision == "float64":
+        width, mant, bias2, shifter, ftype, ntype = 64, 52, 2046, _SHIFTER_BITS, "_ir.DoubleType()", "float64"
+    else:
+        width, mant, bias2, shifter, ftype, ntype = 32, 23, 254, _SHIFTER_BITS_F32, "_ir.FloatType()", "float32"
+    return [
+        "@_intrinsic",
+        "def _times_pow2(typingctx, p, t):",
+        "    def codegen(context, builder, signature, args):",
+        f"        ity, fty = _ir.IntType({width}), {ftype}",
+        f"        k = builder.sub(builder.bitcast(args[1], ity), _ir.Constant(ity, {shifter:#x}))",
+        '        if "+avx512f" in getattr(context.codegen(), "_tm_features", ""):  # one vscalef per vector',
+        '            ldexp = builder.module.declare_intrinsic("llvm.ldexp", [fty, ity], _ir.FunctionType(fty, [fty, ity]))',
+        "            return builder.call(ldexp, [args[0], k])",
+        f"        u = builder.add(k, _ir.Constant(ity, {bias2}))  # k + 2 bias > 0 after the clamps",
+        "        u1 = builder.ashr(u, _ir.Constant(ity, 1))",
+        f"        f1 = builder.bitcast(builder.shl(u1, _ir.Constant(ity, {mant})), fty)",
+        f"        f2 = builder.bitcast(builder.shl(builder.sub(u, u1), _ir.Constant(ity, {mant})), fty)",
+        "        return builder.fmul(builder.fmul(args[0], f1), f2)",
+        f"    return numba.types.{ntype}(numba.types.{ntype}, numba.types.{ntype}), codegen",
+        "",
+        "",
+    ]
+
+
 def fast_exp_lines(precision: str = "float64") -> list[str]:
     """Module-level source lines (imports included) defining ``fast_exp(x)`` for ``numba.njit`` code in
     ``precision`` (float64, or float32: the float32 twin, which needs ``import numpy`` before it)."""
@@ -73,20 +107,7 @@ def fast_exp_lines(precision: str = "float64") -> list[str]:
         "from numba.extending import intrinsic as _intrinsic",
         "",
         "",
-        "@_intrinsic",
-        "def _bits_of(typingctx, x):",
-        "    def codegen(context, builder, signature, args):",
-        "        return builder.bitcast(args[0], _ir.IntType(64))",
-        "    return numba.types.int64(numba.types.float64), codegen",
-        "",
-        "",
-        "@_intrinsic",
-        "def _float_of(typingctx, n):",
-        "    def codegen(context, builder, signature, args):",
-        "        return builder.bitcast(args[0], _ir.DoubleType())",
-        "    return numba.types.float64(numba.types.int64), codegen",
-        "",
-        "",
+        *_times_pow2_lines("float64"),
         '@numba.njit(cache=True, fastmath={"contract"})',
         "def fast_exp(x):",
         f'    """exp(x) to 1 ulp, vectorisable (Cody-Waite + degree-{EXP_DEGREE} Taylor + exponent bits)."""',
@@ -98,9 +119,7 @@ def fast_exp_lines(precision: str = "float64") -> list[str]:
         f"    r = r - kf * {LN2_LO!r}",
         *horner,
         "    p = 1.0 + (r + r * r * p)",
-        f"    u = _bits_of(t) - {_SHIFTER_BITS - 2046}  # k + 2046 >= 970",
-        "    u1 = u >> 1",
-        "    return p * _float_of(u1 << 52) * _float_of((u - u1) << 52)",
+        "    return _times_pow2(p, t)",
     ]
 
 
@@ -120,20 +139,7 @@ def _fast_exp_lines_f32() -> list[str]:
         *[f"{name} = numpy.float32({value!r})" for name, value in consts],
         "",
         "",
-        "@_intrinsic",
-        "def _bits_of(typingctx, x):",
-        "    def codegen(context, builder, signature, args):",
-        "        return builder.sext(builder.bitcast(args[0], _ir.IntType(32)), _ir.IntType(64))",
-        "    return numba.types.int64(numba.types.float32), codegen",
-        "",
-        "",
-        "@_intrinsic",
-        "def _float_of(typingctx, n):",
-        "    def codegen(context, builder, signature, args):",
-        "        return builder.bitcast(builder.trunc(args[0], _ir.IntType(32)), _ir.FloatType())",
-        "    return numba.types.float32(numba.types.int64), codegen",
-        "",
-        "",
+        *_times_pow2_lines("float32"),
         '@numba.njit(cache=True, fastmath={"contract"})',
         "def fast_exp(x):",
         f'    """float32 exp(x) to 1 ulp, vectorisable (Cody-Waite + degree-{EXP_DEGREE_F32} Taylor + exponent '
@@ -146,7 +152,5 @@ def _fast_exp_lines_f32() -> list[str]:
         "    r = r - kf * _EXP_LN2_LO",
         *horner,
         "    p = _EXP_ONE + (r + r * r * p)",
-        f"    u = _bits_of(t) - {_SHIFTER_BITS_F32 - 254}  # k + 254 >= 104",
-        "    u1 = u >> 1",
-        "    return p * _float_of(u1 << 23) * _float_of((u - u1) << 23)",
+        "    return _times_pow2(p, t)",
     ]

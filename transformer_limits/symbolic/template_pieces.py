@@ -115,6 +115,7 @@ class AdjointPieces:
     pair_score: dict[str, sp.Expr]  # sbar = p (<g, v> - gA)
     query_inc: dict[str, sp.Expr]   # dq_b = sbar d logit / d q_b
     key_inc: dict[str, sp.Expr]     # dk_b = sbar d logit / d k_b
+    key_coef: dict[str, sp.Expr]    # kc_b = d logit / d k_b (so dk_b = sbar kc_b: kc_b is per query row)
     value_inc: dict[str, sp.Expr]   # dv_c = d (p <g, v>) / d v_c
     jac_vjp: dict[str, sp.Expr]     # xj_a = (Q^T qb)_a          (spatial-Jacobian term)
     lions_vjp: dict[str, sp.Expr]   # xl_a = (K^T kb + V^T vb)_a (Lions term)
@@ -145,6 +146,9 @@ def adjoint_pieces(d: int, d_k: int, d_v: int) -> AdjointPieces:
     score = p * (sum(gc * vc for gc, vc in zip(g, v)) - gA)
     if sp.expand(flat_dot - score.subs(gA, g_dot_a)) != 0:  # pragma: no cover - algebra guard
         raise RuntimeError("pair score differs from <g, flat derivative>")
+    key_coef = {f"kc_{b}": sp.diff(logit, k[b]) for b in range(d_k)}
+    if any(sp.diff(c, kb) != 0 for c in key_coef.values() for kb in k):  # pragma: no cover - algebra guard
+        raise RuntimeError("d logit / d k depends on k: the key updates' per-row coefficients do not apply")
     return AdjointPieces(
         d=d, d_k=d_k, d_v=d_v,
         query={f"q_{b}": (Q * x)[b] for b in range(d_k)},
@@ -157,6 +161,7 @@ def adjoint_pieces(d: int, d_k: int, d_v: int) -> AdjointPieces:
         pair_score={"sbar": score},
         query_inc={f"dq_{b}": sbar * sp.diff(logit, q[b]) for b in range(d_k)},
         key_inc={f"dk_{b}": sbar * sp.diff(logit, k[b]) for b in range(d_k)},
+        key_coef=key_coef,
         value_inc={f"dv_{c}": sp.diff(p * sum(gc * vc for gc, vc in zip(g, v)), v[c]) for c in range(d_v)},
         jac_vjp={f"xj_{a}": _transpose_product(Q * x, x, qb)[a] for a in range(d)},
         lions_vjp={f"xl_{a}": (_transpose_product(K * x, x, kb) + _transpose_product(V * x, x, vb))[a]

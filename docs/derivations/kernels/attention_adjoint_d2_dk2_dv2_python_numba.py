@@ -10,17 +10,19 @@ from numba.extending import intrinsic as _intrinsic
 
 
 @_intrinsic
-def _bits_of(typingctx, x):
+def _times_pow2(typingctx, p, t):
     def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], _ir.IntType(64))
-    return numba.types.int64(numba.types.float64), codegen
-
-
-@_intrinsic
-def _float_of(typingctx, n):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], _ir.DoubleType())
-    return numba.types.float64(numba.types.int64), codegen
+        ity, fty = _ir.IntType(64), _ir.DoubleType()
+        k = builder.sub(builder.bitcast(args[1], ity), _ir.Constant(ity, 0x4338000000000000))
+        if "+avx512f" in getattr(context.codegen(), "_tm_features", ""):  # one vscalef per vector
+            ldexp = builder.module.declare_intrinsic("llvm.ldexp", [fty, ity], _ir.FunctionType(fty, [fty, ity]))
+            return builder.call(ldexp, [args[0], k])
+        u = builder.add(k, _ir.Constant(ity, 2046))  # k + 2 bias > 0 after the clamps
+        u1 = builder.ashr(u, _ir.Constant(ity, 1))
+        f1 = builder.bitcast(builder.shl(u1, _ir.Constant(ity, 52)), fty)
+        f2 = builder.bitcast(builder.shl(builder.sub(u, u1), _ir.Constant(ity, 52)), fty)
+        return builder.fmul(builder.fmul(args[0], f1), f2)
+    return numba.types.float64(numba.types.float64, numba.types.float64), codegen
 
 
 @numba.njit(cache=True, fastmath={"contract"})
@@ -45,18 +47,51 @@ def fast_exp(x):
     p = p * r + 0.16666666666666666
     p = p * r + 0.5
     p = 1.0 + (r + r * r * p)
-    u = _bits_of(t) - 4843621399236966402  # k + 2046 >= 970
-    u1 = u >> 1
-    return p * _float_of(u1 << 52) * _float_of((u - u1) << 52)
+    return _times_pow2(p, t)
+
+
+from llvmlite import ir as _ir_order
+from numba.extending import intrinsic as _intrinsic_order
+
+
+def _flip_negative(builder, bits):
+    width = bits.type.width
+    sign = builder.ashr(bits, _ir_order.Constant(bits.type, width - 1))
+    return builder.xor(bits, builder.and_(sign, _ir_order.Constant(bits.type, (1 << (width - 1)) - 1)))
+
+
+@_intrinsic_order
+def _order_key(typingctx, x):
+    key = numba.types.int64 if x == numba.types.float64 else numba.types.int32
+    def codegen(context, builder, signature, args):
+        return _flip_negative(builder, builder.bitcast(args[0], _ir_order.IntType(key.bitwidth)))
+    return key(x), codegen
+
+
+@_intrinsic_order
+def _order_value(typingctx, k):
+    real = numba.types.float64 if k.bitwidth == 64 else numba.types.float32
+    def codegen(context, builder, signature, args):
+        flt = _ir_order.DoubleType() if real == numba.types.float64 else _ir_order.FloatType()
+        return builder.bitcast(_flip_negative(builder, args[0]), flt)
+    return real(k), codegen
 
 
 @numba.njit(parallel=True, cache=True, fastmath=False)
 def features(X, Qs, Ks, Vs, QF, KT, VT):
     H = Qs.shape[0]
     N = X.shape[0]
-    for t in numba.prange(H * N):
-        h = t // N
-        i = t - h * N
+    XT = numpy.empty((2, N))
+    for i in range(N):
+        XT[0, i] = X[i, 0]
+        XT[1, i] = X[i, 1]
+    NB = (N + 255) // 256
+    for t in numba.prange(H * NB):
+        h = t // NB
+        j0 = (t - h * NB) * 256
+        i0 = numba.uint64(j0)
+        i1 = numba.uint64(min(N, j0 + 256))
+        QT = numpy.empty((2, 256))
         Q_0_0 = Qs[h, 0, 0]
         Q_0_1 = Qs[h, 0, 1]
         Q_1_0 = Qs[h, 1, 0]
@@ -69,20 +104,101 @@ def features(X, Qs, Ks, Vs, QF, KT, VT):
         V_0_1 = Vs[h, 0, 1]
         V_1_0 = Vs[h, 1, 0]
         V_1_1 = Vs[h, 1, 1]
-        x_0 = X[i, 0]
-        x_1 = X[i, 1]
-        q_0 = Q_0_0*x_0 + Q_0_1*x_1
-        q_1 = Q_1_0*x_0 + Q_1_1*x_1
-        k_0 = K_0_0*x_0 + K_0_1*x_1
-        k_1 = K_1_0*x_0 + K_1_1*x_1
-        v_0 = V_0_0*x_0 + V_0_1*x_1
-        v_1 = V_1_0*x_0 + V_1_1*x_1
-        QF[h, i, 0] = q_0
-        QF[h, i, 1] = q_1
-        KT[h, 0, i] = k_0
-        KT[h, 1, i] = k_1
-        VT[h, 0, i] = v_0
-        VT[h, 1, i] = v_1
+        for i in range(i0, i1):
+            x_0 = XT[0, i]
+            x_1 = XT[1, i]
+            q_0 = Q_0_0*x_0 + Q_0_1*x_1
+            QT[0, i - i0] = q_0
+        for i in range(i0, i1):
+            x_0 = XT[0, i]
+            x_1 = XT[1, i]
+            q_1 = Q_1_0*x_0 + Q_1_1*x_1
+            QT[1, i - i0] = q_1
+        for i in range(i0, i1):
+            x_0 = XT[0, i]
+            x_1 = XT[1, i]
+            k_0 = K_0_0*x_0 + K_0_1*x_1
+            KT[h, 0, i] = k_0
+        for i in range(i0, i1):
+            x_0 = XT[0, i]
+            x_1 = XT[1, i]
+            k_1 = K_1_0*x_0 + K_1_1*x_1
+            KT[h, 1, i] = k_1
+        for i in range(i0, i1):
+            x_0 = XT[0, i]
+            x_1 = XT[1, i]
+            v_0 = V_0_0*x_0 + V_0_1*x_1
+            VT[h, 0, i] = v_0
+        for i in range(i0, i1):
+            x_0 = XT[0, i]
+            x_1 = XT[1, i]
+            v_1 = V_1_0*x_0 + V_1_1*x_1
+            VT[h, 1, i] = v_1
+        for i in range(i0, i1):
+            QF[h, i, 0] = QT[0, i - i0]
+            QF[h, i, 1] = QT[1, i - i0]
+
+
+@numba.njit(parallel=False, cache=True, fastmath=False)
+def features_serial(X, Qs, Ks, Vs, QF, KT, VT):
+    H = Qs.shape[0]
+    N = X.shape[0]
+    XT = numpy.empty((2, N))
+    for i in range(N):
+        XT[0, i] = X[i, 0]
+        XT[1, i] = X[i, 1]
+    NB = (N + 255) // 256
+    for t in numba.prange(H * NB):
+        h = t // NB
+        j0 = (t - h * NB) * 256
+        i0 = numba.uint64(j0)
+        i1 = numba.uint64(min(N, j0 + 256))
+        QT = numpy.empty((2, 256))
+        Q_0_0 = Qs[h, 0, 0]
+        Q_0_1 = Qs[h, 0, 1]
+        Q_1_0 = Qs[h, 1, 0]
+        Q_1_1 = Qs[h, 1, 1]
+        K_0_0 = Ks[h, 0, 0]
+        K_0_1 = Ks[h, 0, 1]
+        K_1_0 = Ks[h, 1, 0]
+        K_1_1 = Ks[h, 1, 1]
+        V_0_0 = Vs[h, 0, 0]
+        V_0_1 = Vs[h, 0, 1]
+        V_1_0 = Vs[h, 1, 0]
+        V_1_1 = Vs[h, 1, 1]
+        for i in range(i0, i1):
+            x_0 = XT[0, i]
+            x_1 = XT[1, i]
+            q_0 = Q_0_0*x_0 + Q_0_1*x_1
+            QT[0, i - i0] = q_0
+        for i in range(i0, i1):
+            x_0 = XT[0, i]
+            x_1 = XT[1, i]
+            q_1 = Q_1_0*x_0 + Q_1_1*x_1
+            QT[1, i - i0] = q_1
+        for i in range(i0, i1):
+            x_0 = XT[0, i]
+            x_1 = XT[1, i]
+            k_0 = K_0_0*x_0 + K_0_1*x_1
+            KT[h, 0, i] = k_0
+        for i in range(i0, i1):
+            x_0 = XT[0, i]
+            x_1 = XT[1, i]
+            k_1 = K_1_0*x_0 + K_1_1*x_1
+            KT[h, 1, i] = k_1
+        for i in range(i0, i1):
+            x_0 = XT[0, i]
+            x_1 = XT[1, i]
+            v_0 = V_0_0*x_0 + V_0_1*x_1
+            VT[h, 0, i] = v_0
+        for i in range(i0, i1):
+            x_0 = XT[0, i]
+            x_1 = XT[1, i]
+            v_1 = V_1_0*x_0 + V_1_1*x_1
+            VT[h, 1, i] = v_1
+        for i in range(i0, i1):
+            QF[h, i, 0] = QT[0, i - i0]
+            QF[h, i, 1] = QT[1, i - i0]
 
 
 @numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
@@ -90,7 +206,7 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
     H = QF.shape[0]
     N = QF.shape[1]
     for t in numba.prange(T):
-        row = numpy.empty(N)
+        rows = numpy.empty((2, N))
         for i in range(t, N, T):
             F[i, 0] = 0.0
             F[i, 1] = 0.0
@@ -100,236 +216,299 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
             O_0_1 = Os[h, 0, 1]
             O_1_0 = Os[h, 1, 0]
             O_1_1 = Os[h, 1, 1]
-            for i in range(t, N, T):
-                stop = i + 1 if causal else N
-                q_0 = QF[h, i, 0]
-                q_1 = QF[h, i, 1]
-                for j in range(stop):
-                    k_0 = KT[h, 0, j]
-                    k_1 = KT[h, 1, j]
-                    logit = beta*(k_0*q_0 + k_1*q_1)
-                    row[j] = logit
-                m0 = -math.inf
-                m1 = -math.inf
-                m2 = -math.inf
-                m3 = -math.inf
-                m4 = -math.inf
-                m5 = -math.inf
-                m6 = -math.inf
-                m7 = -math.inf
-                for jb in range(stop // 8):
-                    j = 8 * jb
-                    l0 = row[j + 0]
-                    l1 = row[j + 1]
-                    l2 = row[j + 2]
-                    l3 = row[j + 3]
-                    l4 = row[j + 4]
-                    l5 = row[j + 5]
-                    l6 = row[j + 6]
-                    l7 = row[j + 7]
-                    m0 = l0 if l0 > m0 else m0
-                    m1 = l1 if l1 > m1 else m1
-                    m2 = l2 if l2 > m2 else m2
-                    m3 = l3 if l3 > m3 else m3
-                    m4 = l4 if l4 > m4 else m4
-                    m5 = l5 if l5 > m5 else m5
-                    m6 = l6 if l6 > m6 else m6
-                    m7 = l7 if l7 > m7 else m7
-                for jr in range(stop % 8):
-                    j = stop - stop % 8 + jr
-                    l0 = row[j]
-                    m0 = l0 if l0 > m0 else m0
-                m0 = m1 if m1 > m0 else m0
-                m2 = m3 if m3 > m2 else m2
-                m4 = m5 if m5 > m4 else m4
-                m6 = m7 if m7 > m6 else m6
-                m0 = m2 if m2 > m0 else m0
-                m4 = m6 if m6 > m4 else m4
-                m0 = m4 if m4 > m0 else m0
-                m = m0
-                s = 0.0
-                acc_0 = 0.0
-                acc_1 = 0.0
-                for j in range(stop):
-                    e = fast_exp(row[j] - m)
-                    s += e
-                    acc_0 += e * VT[h, 0, j]
-                    acc_1 += e * VT[h, 1, j]
-                A_0 = acc_0 / s
-                A_1 = acc_1 / s
-                A[h, i, 0] = A_0
-                A[h, i, 1] = A_1
-                LOGZ[h, i] = m + math.log(s)
-                _h30 = A_0*wh
-                _h31 = A_1*wh
-                o_0 = O_0_0*_h30 + O_0_1*_h31
-                o_1 = O_1_0*_h30 + O_1_1*_h31
-                F[i, 0] += o_0
-                F[i, 1] += o_1
+            for i in range(t, N, 2 * T):
+                if i + T < N:
+                    i0 = i + 0 * T
+                    i1 = i + 1 * T
+                    stop0 = i0 + 1 if causal else N
+                    stop1 = i1 + 1 if causal else N
+                    q_0_r0 = QF[h, i0, 0]
+                    q_1_r0 = QF[h, i0, 1]
+                    mk0 = _order_key(-math.inf)
+                    q_0_r1 = QF[h, i1, 0]
+                    q_1_r1 = QF[h, i1, 1]
+                    mk1 = _order_key(-math.inf)
+                    for j in range(0, stop0):
+                        k_0 = KT[h, 0, j]
+                        k_1 = KT[h, 1, j]
+                        logit_r0 = beta*(k_0*q_0_r0 + k_1*q_1_r0)
+                        rows[0, j] = logit_r0
+                        kj = _order_key(logit_r0)
+                        mk0 = kj if kj > mk0 else mk0
+                        logit_r1 = beta*(k_0*q_0_r1 + k_1*q_1_r1)
+                        rows[1, j] = logit_r1
+                        kj = _order_key(logit_r1)
+                        mk1 = kj if kj > mk1 else mk1
+                    for j in range(stop0, stop1):
+                        k_0 = KT[h, 0, j]
+                        k_1 = KT[h, 1, j]
+                        logit_r1 = beta*(k_0*q_0_r1 + k_1*q_1_r1)
+                        rows[1, j] = logit_r1
+                        kj = _order_key(logit_r1)
+                        mk1 = kj if kj > mk1 else mk1
+                    m0 = _order_value(mk0)
+                    s0 = 0.0
+                    for j in range(stop0):
+                        e = fast_exp(rows[0, j] - m0)
+                        rows[0, j] = e
+                        s0 += e
+                    m1 = _order_value(mk1)
+                    s1 = 0.0
+                    for j in range(stop1):
+                        e = fast_exp(rows[1, j] - m1)
+                        rows[1, j] = e
+                        s1 += e
+                    acc0_0 = 0.0
+                    acc0_1 = 0.0
+                    acc1_0 = 0.0
+                    acc1_1 = 0.0
+                    for j in range(0, stop0):
+                        e0 = rows[0, j]
+                        e1 = rows[1, j]
+                        v_0 = VT[h, 0, j]
+                        v_1 = VT[h, 1, j]
+                        acc0_0 += e0 * v_0
+                        acc0_1 += e0 * v_1
+                        acc1_0 += e1 * v_0
+                        acc1_1 += e1 * v_1
+                    for j in range(stop0, stop1):
+                        e1 = rows[1, j]
+                        v_0 = VT[h, 0, j]
+                        v_1 = VT[h, 1, j]
+                        acc1_0 += e1 * v_0
+                        acc1_1 += e1 * v_1
+                    A_0 = acc0_0 / s0
+                    A_1 = acc0_1 / s0
+                    A[h, i0, 0] = A_0
+                    A[h, i0, 1] = A_1
+                    LOGZ[h, i0] = m0 + math.log(s0)
+                    _h30 = A_0*wh
+                    _h31 = A_1*wh
+                    o_0 = O_0_0*_h30 + O_0_1*_h31
+                    o_1 = O_1_0*_h30 + O_1_1*_h31
+                    F[i0, 0] += o_0
+                    F[i0, 1] += o_1
+                    A_0 = acc1_0 / s1
+                    A_1 = acc1_1 / s1
+                    A[h, i1, 0] = A_0
+                    A[h, i1, 1] = A_1
+                    LOGZ[h, i1] = m1 + math.log(s1)
+                    _h30 = A_0*wh
+                    _h31 = A_1*wh
+                    o_0 = O_0_0*_h30 + O_0_1*_h31
+                    o_1 = O_1_0*_h30 + O_1_1*_h31
+                    F[i1, 0] += o_0
+                    F[i1, 1] += o_1
+                else:
+                    i0 = i + 0 * T
+                    stop0 = i0 + 1 if causal else N
+                    q_0_r0 = QF[h, i0, 0]
+                    q_1_r0 = QF[h, i0, 1]
+                    mk0 = _order_key(-math.inf)
+                    for j in range(0, stop0):
+                        k_0 = KT[h, 0, j]
+                        k_1 = KT[h, 1, j]
+                        logit_r0 = beta*(k_0*q_0_r0 + k_1*q_1_r0)
+                        rows[0, j] = logit_r0
+                        kj = _order_key(logit_r0)
+                        mk0 = kj if kj > mk0 else mk0
+                    m0 = _order_value(mk0)
+                    s0 = 0.0
+                    for j in range(stop0):
+                        e = fast_exp(rows[0, j] - m0)
+                        rows[0, j] = e
+                        s0 += e
+                    acc0_0 = 0.0
+                    acc0_1 = 0.0
+                    for j in range(0, stop0):
+                        e0 = rows[0, j]
+                        v_0 = VT[h, 0, j]
+                        v_1 = VT[h, 1, j]
+                        acc0_0 += e0 * v_0
+                        acc0_1 += e0 * v_1
+                    A_0 = acc0_0 / s0
+                    A_1 = acc0_1 / s0
+                    A[h, i0, 0] = A_0
+                    A[h, i0, 1] = A_1
+                    LOGZ[h, i0] = m0 + math.log(s0)
+                    _h30 = A_0*wh
+                    _h31 = A_1*wh
+                    o_0 = O_0_0*_h30 + O_0_1*_h31
+                    o_1 = O_1_0*_h30 + O_1_1*_h31
+                    F[i0, 0] += o_0
+                    F[i0, 1] += o_1
 
 
 @numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
-def adjoint(PC, Qs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, XJ):
+def adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP):
     H = QF.shape[0]
     N = QF.shape[1]
-    T = KBP.shape[0]
-    for t in numba.prange(T):
-        for h in range(H):
-            for j in range(N):
-                KBP[t, h, 0, j] = 0.0
-                KBP[t, h, 1, j] = 0.0
-                VBP[t, h, 0, j] = 0.0
-                VBP[t, h, 1, j] = 0.0
+    G = KBP.shape[0]
+    for task in numba.prange(H * G):
+        h = task // G
+        g = task - h * G
+        wh = c[h]
+        for j in range(N):
+            KBP[g, h, 0, j] = 0.0
+            KBP[g, h, 1, j] = 0.0
+            VBP[g, h, 0, j] = 0.0
+            VBP[g, h, 1, j] = 0.0
         PR = numpy.empty((4, N))
         SR = numpy.empty((4, N))
         QR = numpy.empty((4, 2))
+        KC = numpy.empty((4, 2))
         GR = numpy.empty((4, 2))
-        for i in range(t, N, T):
-            XJ[i, 0] = 0.0
-            XJ[i, 1] = 0.0
-        for h in range(H):
-            O_0_0 = Os[h, 0, 0]
-            O_0_1 = Os[h, 0, 1]
-            O_1_0 = Os[h, 1, 0]
-            O_1_1 = Os[h, 1, 1]
-            Q_0_0 = Qs[h, 0, 0]
-            Q_0_1 = Qs[h, 0, 1]
-            Q_1_0 = Qs[h, 1, 0]
-            Q_1_1 = Qs[h, 1, 1]
-            for i0 in range(t, N, 4 * T):
-                ilast = min(i0 + 3 * T, i0 + (N - 1 - i0) // T * T)
-                smax = ilast + 1 if causal else N
-                for r in range(4):
-                    i = i0 + r * T
-                    if i < N:
-                        stop = i + 1 if causal else N
-                        ct_0 = PC[i, 0]
-                        ct_1 = PC[i, 1]
-                        wh = c[h]
-                        _c40 = ct_0*wh
-                        _c41 = ct_1*wh
-                        g_0 = O_0_0*_c40 + O_1_0*_c41
-                        g_1 = O_0_1*_c40 + O_1_1*_c41
-                        A_0 = A[h, i, 0]
-                        A_1 = A[h, i, 1]
-                        gA = A_0*g_0 + A_1*g_1
-                        q_0 = QF[h, i, 0]
-                        q_1 = QF[h, i, 1]
-                        lz = LOGZ[h, i]
-                        qb_0 = 0.0
-                        qb_1 = 0.0
-                        for j in range(stop):
-                            k_0 = KT[h, 0, j]
-                            k_1 = KT[h, 1, j]
-                            v_0 = VT[h, 0, j]
-                            v_1 = VT[h, 1, j]
-                            logit = beta*(k_0*q_0 + k_1*q_1)
-                            p = fast_exp(logit - lz)
-                            sbar = p*(-gA + g_0*v_0 + g_1*v_1)
-                            _q70 = beta*sbar
-                            dq_0 = _q70*k_0
-                            dq_1 = _q70*k_1
-                            qb_0 += dq_0
-                            qb_1 += dq_1
-                            PR[r, j] = p
-                            SR[r, j] = sbar
-                        for j in range(stop, smax):
-                            PR[r, j] = 0.0
-                            SR[r, j] = 0.0
-                        QBAR[h, i, 0] = qb_0
-                        QBAR[h, i, 1] = qb_1
-                        xj_0 = Q_0_0*qb_0 + Q_1_0*qb_1
-                        xj_1 = Q_0_1*qb_0 + Q_1_1*qb_1
-                        XJ[i, 0] += xj_0
-                        XJ[i, 1] += xj_1
-                        QR[r, 0] = q_0
-                        QR[r, 1] = q_1
-                        GR[r, 0] = g_0
-                        GR[r, 1] = g_1
-                    else:
-                        for j in range(smax):
-                            PR[r, j] = 0.0
-                            SR[r, j] = 0.0
-                        QR[r, 0] = 0.0
-                        QR[r, 1] = 0.0
-                        GR[r, 0] = 0.0
-                        GR[r, 1] = 0.0
-                q_0_r0 = QR[0, 0]
-                q_0_r1 = QR[1, 0]
-                q_0_r2 = QR[2, 0]
-                q_0_r3 = QR[3, 0]
-                for j in range(smax):
-                    sbar_r0 = SR[0, j]
-                    _k80_r0 = beta*sbar_r0
-                    dk_0_r0 = _k80_r0*q_0_r0
-                    sbar_r1 = SR[1, j]
-                    _k80_r1 = beta*sbar_r1
-                    dk_0_r1 = _k80_r1*q_0_r1
-                    sbar_r2 = SR[2, j]
-                    _k80_r2 = beta*sbar_r2
-                    dk_0_r2 = _k80_r2*q_0_r2
-                    sbar_r3 = SR[3, j]
-                    _k80_r3 = beta*sbar_r3
-                    dk_0_r3 = _k80_r3*q_0_r3
-                    KBP[t, h, 0, j] += dk_0_r0 + dk_0_r1 + dk_0_r2 + dk_0_r3
-                q_1_r0 = QR[0, 1]
-                q_1_r1 = QR[1, 1]
-                q_1_r2 = QR[2, 1]
-                q_1_r3 = QR[3, 1]
-                for j in range(smax):
-                    sbar_r0 = SR[0, j]
-                    _k80_r0 = beta*sbar_r0
-                    dk_1_r0 = _k80_r0*q_1_r0
-                    sbar_r1 = SR[1, j]
-                    _k80_r1 = beta*sbar_r1
-                    dk_1_r1 = _k80_r1*q_1_r1
-                    sbar_r2 = SR[2, j]
-                    _k80_r2 = beta*sbar_r2
-                    dk_1_r2 = _k80_r2*q_1_r2
-                    sbar_r3 = SR[3, j]
-                    _k80_r3 = beta*sbar_r3
-                    dk_1_r3 = _k80_r3*q_1_r3
-                    KBP[t, h, 1, j] += dk_1_r0 + dk_1_r1 + dk_1_r2 + dk_1_r3
-                g_0_r0 = GR[0, 0]
-                g_0_r1 = GR[1, 0]
-                g_0_r2 = GR[2, 0]
-                g_0_r3 = GR[3, 0]
-                for j in range(smax):
-                    p_r0 = PR[0, j]
-                    dv_0_r0 = g_0_r0*p_r0
-                    p_r1 = PR[1, j]
-                    dv_0_r1 = g_0_r1*p_r1
-                    p_r2 = PR[2, j]
-                    dv_0_r2 = g_0_r2*p_r2
-                    p_r3 = PR[3, j]
-                    dv_0_r3 = g_0_r3*p_r3
-                    VBP[t, h, 0, j] += dv_0_r0 + dv_0_r1 + dv_0_r2 + dv_0_r3
-                g_1_r0 = GR[0, 1]
-                g_1_r1 = GR[1, 1]
-                g_1_r2 = GR[2, 1]
-                g_1_r3 = GR[3, 1]
-                for j in range(smax):
-                    p_r0 = PR[0, j]
-                    dv_1_r0 = g_1_r0*p_r0
-                    p_r1 = PR[1, j]
-                    dv_1_r1 = g_1_r1*p_r1
-                    p_r2 = PR[2, j]
-                    dv_1_r2 = g_1_r2*p_r2
-                    p_r3 = PR[3, j]
-                    dv_1_r3 = g_1_r3*p_r3
-                    VBP[t, h, 1, j] += dv_1_r0 + dv_1_r1 + dv_1_r2 + dv_1_r3
+        GA = numpy.empty(4)
+        LZ = numpy.empty(4)
+        STOP = numpy.empty(4, dtype=numpy.int64)
+        O_0_0 = Os[h, 0, 0]
+        O_0_1 = Os[h, 0, 1]
+        O_1_0 = Os[h, 1, 0]
+        O_1_1 = Os[h, 1, 1]
+        for i0 in range(g, N, 4 * G):
+            ilast = min(i0 + 3 * G, i0 + (N - 1 - i0) // G * G)
+            smax = ilast + 1 if causal else N
+            for r in range(4):
+                i = i0 + r * G
+                if i < N:
+                    ct_0 = PC[i, 0]
+                    ct_1 = PC[i, 1]
+                    _c40 = ct_0*wh
+                    _c41 = ct_1*wh
+                    g_0 = O_0_0*_c40 + O_1_0*_c41
+                    g_1 = O_0_1*_c40 + O_1_1*_c41
+                    A_0 = A[h, i, 0]
+                    A_1 = A[h, i, 1]
+                    gA = A_0*g_0 + A_1*g_1
+                    q_0 = QF[h, i, 0]
+                    q_1 = QF[h, i, 1]
+                    kc_0 = beta*q_0
+                    kc_1 = beta*q_1
+                    QR[r, 0] = q_0
+                    QR[r, 1] = q_1
+                    KC[r, 0] = kc_0
+                    KC[r, 1] = kc_1
+                    GR[r, 0] = g_0
+                    GR[r, 1] = g_1
+                    GA[r] = gA
+                    LZ[r] = LOGZ[h, i]
+                    STOP[r] = i + 1 if causal else N
+                else:
+                    QR[r, 0] = 0.0
+                    QR[r, 1] = 0.0
+                    KC[r, 0] = 0.0
+                    KC[r, 1] = 0.0
+                    GR[r, 0] = 0.0
+                    GR[r, 1] = 0.0
+                    GA[r] = 0.0
+                    LZ[r] = 0.0
+                    STOP[r] = 0
+            for rp in range(2):
+                r0 = 2 * rp
+                r1 = r0 + 1
+                q_0_r0 = QR[r0, 0]
+                q_1_r0 = QR[r0, 1]
+                q_0_r1 = QR[r1, 0]
+                q_1_r1 = QR[r1, 1]
+                for j in range(0, STOP[r0]):
+                    k_0 = KT[h, 0, j]
+                    k_1 = KT[h, 1, j]
+                    logit_r0 = beta*(k_0*q_0_r0 + k_1*q_1_r0)
+                    PR[r0, j] = logit_r0
+                    logit_r1 = beta*(k_0*q_0_r1 + k_1*q_1_r1)
+                    PR[r1, j] = logit_r1
+                for j in range(STOP[r0], STOP[r1]):
+                    k_0 = KT[h, 0, j]
+                    k_1 = KT[h, 1, j]
+                    logit_r1 = beta*(k_0*q_0_r1 + k_1*q_1_r1)
+                    PR[r1, j] = logit_r1
+            for r in range(4):
+                lz = LZ[r]
+                stop = STOP[r]
+                for j in range(stop):
+                    PR[r, j] = fast_exp(PR[r, j] - lz)
+                for j in range(stop, smax):
+                    PR[r, j] = 0.0
+            for r in range(4):
+                stop = STOP[r]
+                gA = GA[r]
+                g_0 = GR[r, 0]
+                g_1 = GR[r, 1]
+                q_0 = QR[r, 0]
+                q_1 = QR[r, 1]
+                qb_0 = 0.0
+                qb_1 = 0.0
+                for j in range(stop):
+                    p = PR[r, j]
+                    k_0 = KT[h, 0, j]
+                    k_1 = KT[h, 1, j]
+                    v_0 = VT[h, 0, j]
+                    v_1 = VT[h, 1, j]
+                    sbar = p*(-gA + g_0*v_0 + g_1*v_1)
+                    _q70 = beta*sbar
+                    dq_0 = _q70*k_0
+                    dq_1 = _q70*k_1
+                    qb_0 += dq_0
+                    qb_1 += dq_1
+                    SR[r, j] = sbar
+                for j in range(stop, smax):
+                    SR[r, j] = 0.0
+                if stop > 0:
+                    QBAR[h, i0 + r * G, 0] = qb_0
+                    QBAR[h, i0 + r * G, 1] = qb_1
+            kc_0_r0 = KC[0, 0]
+            kc_0_r1 = KC[1, 0]
+            kc_0_r2 = KC[2, 0]
+            kc_0_r3 = KC[3, 0]
+            for j in range(smax):
+                KBP[g, h, 0, j] += SR[0, j] * kc_0_r0 + SR[1, j] * kc_0_r1 + SR[2, j] * kc_0_r2 + SR[3, j] * kc_0_r3
+            kc_1_r0 = KC[0, 1]
+            kc_1_r1 = KC[1, 1]
+            kc_1_r2 = KC[2, 1]
+            kc_1_r3 = KC[3, 1]
+            for j in range(smax):
+                KBP[g, h, 1, j] += SR[0, j] * kc_1_r0 + SR[1, j] * kc_1_r1 + SR[2, j] * kc_1_r2 + SR[3, j] * kc_1_r3
+            g_0_r0 = GR[0, 0]
+            g_0_r1 = GR[1, 0]
+            g_0_r2 = GR[2, 0]
+            g_0_r3 = GR[3, 0]
+            for j in range(smax):
+                p_r0 = PR[0, j]
+                dv_0_r0 = g_0_r0*p_r0
+                p_r1 = PR[1, j]
+                dv_0_r1 = g_0_r1*p_r1
+                p_r2 = PR[2, j]
+                dv_0_r2 = g_0_r2*p_r2
+                p_r3 = PR[3, j]
+                dv_0_r3 = g_0_r3*p_r3
+                VBP[g, h, 0, j] += dv_0_r0 + dv_0_r1 + dv_0_r2 + dv_0_r3
+            g_1_r0 = GR[0, 1]
+            g_1_r1 = GR[1, 1]
+            g_1_r2 = GR[2, 1]
+            g_1_r3 = GR[3, 1]
+            for j in range(smax):
+                p_r0 = PR[0, j]
+                dv_1_r0 = g_1_r0*p_r0
+                p_r1 = PR[1, j]
+                dv_1_r1 = g_1_r1*p_r1
+                p_r2 = PR[2, j]
+                dv_1_r2 = g_1_r2*p_r2
+                p_r3 = PR[3, j]
+                dv_1_r3 = g_1_r3*p_r3
+                VBP[g, h, 1, j] += dv_1_r0 + dv_1_r1 + dv_1_r2 + dv_1_r3
 
 
 @numba.njit(parallel=True, cache=True, fastmath=False)
-def finish(KBP, VBP, Ks, Vs, XJ, lions, KBT, VBT, XB):
-    T = KBP.shape[0]
+def finish(KBP, VBP, Qs, Ks, Vs, QBAR, lions, KBT, VBT, XB):
+    G = KBP.shape[0]
     H = KBP.shape[1]
     N = KBP.shape[3]
     NB = (N + 511) // 512
     for task in numba.prange(H * NB):
         h = task // NB
-        j0 = (task - h * NB) * 512
-        j1 = min(N, j0 + 512)
+        k0 = (task - h * NB) * 512
+        j0 = numba.uint64(k0)
+        j1 = numba.uint64(min(N, k0 + 512))
         for j in range(j0, j1):
             KBT[h, 0, j] = KBP[0, h, 0, j]
         for j in range(j0, j1):
@@ -338,23 +517,35 @@ def finish(KBP, VBP, Ks, Vs, XJ, lions, KBT, VBT, XB):
             VBT[h, 0, j] = VBP[0, h, 0, j]
         for j in range(j0, j1):
             VBT[h, 1, j] = VBP[0, h, 1, j]
-        for t in range(1, T):
+        for g in range(1, G):
             for j in range(j0, j1):
-                KBT[h, 0, j] += KBP[t, h, 0, j]
+                KBT[h, 0, j] += KBP[g, h, 0, j]
             for j in range(j0, j1):
-                KBT[h, 1, j] += KBP[t, h, 1, j]
+                KBT[h, 1, j] += KBP[g, h, 1, j]
             for j in range(j0, j1):
-                VBT[h, 0, j] += VBP[t, h, 0, j]
+                VBT[h, 0, j] += VBP[g, h, 0, j]
             for j in range(j0, j1):
-                VBT[h, 1, j] += VBP[t, h, 1, j]
+                VBT[h, 1, j] += VBP[g, h, 1, j]
     for jb in numba.prange(NB):
-        j0 = jb * 512
-        j1 = min(N, j0 + 512)
+        k0 = jb * 512
+        j0 = numba.uint64(k0)
+        j1 = numba.uint64(min(N, k0 + 512))
         for j in range(j0, j1):
-            XB[j, 0] = XJ[j, 0]
-            XB[j, 1] = XJ[j, 1]
-        if lions:
-            for h in range(H):
+            XB[j, 0] = 0.0
+            XB[j, 1] = 0.0
+        for h in range(H):
+            Q_0_0 = Qs[h, 0, 0]
+            Q_0_1 = Qs[h, 0, 1]
+            Q_1_0 = Qs[h, 1, 0]
+            Q_1_1 = Qs[h, 1, 1]
+            for j in range(j0, j1):
+                qb_0 = QBAR[h, j, 0]
+                qb_1 = QBAR[h, j, 1]
+                xj_0 = Q_0_0*qb_0 + Q_1_0*qb_1
+                xj_1 = Q_0_1*qb_0 + Q_1_1*qb_1
+                XB[j, 0] += xj_0
+                XB[j, 1] += xj_1
+            if lions:
                 K_0_0 = Ks[h, 0, 0]
                 K_0_1 = Ks[h, 0, 1]
                 K_1_0 = Ks[h, 1, 0]
@@ -379,7 +570,10 @@ def forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOG
     L = Qs.shape[0]
     N = states.shape[1]
     for r in range(L):
-        features(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])
+        if Qs.shape[1] * N < 16384:
+            features_serial(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])
+        else:
+            features(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])
         forward(QF[r], KT[r], VT[r], Os[r], c[r], beta, causal, T, A[r], LOGZ[r], F)
         for i in range(N):
             states[r + 1, i, 0] = states[r, i, 0] + F[i, 0]
@@ -387,12 +581,12 @@ def forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOG
 
 
 @numba.njit(parallel=False, cache=True, fastmath=False)
-def adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, XJ, KBT, VBT, XB):
+def adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, KBT, VBT, XB):
     L = Qs.shape[0]
     N = p.shape[1]
     for r in range(L - 1, -1, -1):
-        adjoint(p[r + 1], Qs[r], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], beta, causal, QBAR, KBP, VBP, XJ)
-        finish(KBP, VBP, Ks[r], Vs[r], XJ, lions, KBT, VBT, XB)
+        adjoint(p[r + 1], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], beta, causal, QBAR, KBP, VBP)
+        finish(KBP, VBP, Qs[r], Ks[r], Vs[r], QBAR, lions, KBT, VBT, XB)
         for i in range(N):
             p[r, i, 0] = p[r + 1, i, 0] + XB[i, 0]
             p[r, i, 1] = p[r + 1, i, 1] + XB[i, 1]

@@ -11,17 +11,19 @@ from numba.extending import intrinsic as _intrinsic
 
 
 @_intrinsic
-def _bits_of(typingctx, x):
+def _times_pow2(typingctx, p, t):
     def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], _ir.IntType(64))
-    return numba.types.int64(numba.types.float64), codegen
-
-
-@_intrinsic
-def _float_of(typingctx, n):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], _ir.DoubleType())
-    return numba.types.float64(numba.types.int64), codegen
+        ity, fty = _ir.IntType(64), _ir.DoubleType()
+        k = builder.sub(builder.bitcast(args[1], ity), _ir.Constant(ity, 0x4338000000000000))
+        if "+avx512f" in getattr(context.codegen(), "_tm_features", ""):  # one vscalef per vector
+            ldexp = builder.module.declare_intrinsic("llvm.ldexp", [fty, ity], _ir.FunctionType(fty, [fty, ity]))
+            return builder.call(ldexp, [args[0], k])
+        u = builder.add(k, _ir.Constant(ity, 2046))  # k + 2 bias > 0 after the clamps
+        u1 = builder.ashr(u, _ir.Constant(ity, 1))
+        f1 = builder.bitcast(builder.shl(u1, _ir.Constant(ity, 52)), fty)
+        f2 = builder.bitcast(builder.shl(builder.sub(u, u1), _ir.Constant(ity, 52)), fty)
+        return builder.fmul(builder.fmul(args[0], f1), f2)
+    return numba.types.float64(numba.types.float64, numba.types.float64), codegen
 
 
 @numba.njit(cache=True, fastmath={"contract"})
@@ -46,9 +48,7 @@ def fast_exp(x):
     p = p * r + 0.16666666666666666
     p = p * r + 0.5
     p = 1.0 + (r + r * r * p)
-    u = _bits_of(t) - 4843621399236966402  # k + 2046 >= 970
-    u1 = u >> 1
-    return p * _float_of(u1 << 52) * _float_of((u - u1) << 52)
+    return _times_pow2(p, t)
 
 
 @numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})

@@ -58,6 +58,7 @@ import numpy as np
 from transformer_limits.numeric.backends import FLOAT32_BACKENDS, REGISTRY, resolve_backend
 from transformer_limits.numeric.flavours import NUMPY_BLAS, PYTHON_NUMPY
 from transformer_limits.numeric.numba_twins import numba_thread_count
+from transformer_limits.numeric.reused_arrays import ReusedArrays
 from transformer_limits.numeric.runtime import DTYPES, Runtime
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.resource_limits import check_kernel_dimensions
@@ -95,31 +96,40 @@ MIN_TASKS = 16
 SERIAL_TOKENS = 32
 
 
+def _row_groups(H: int, N: int) -> int:
+    """Row groups G per head of the numba adjoint: its tasks are (head h, group g), rows i = g, g + G, ...,
+    each with its own key-side partials (G, H, d_k + d_v, N), summed over g afterwards.  H G is at least
+    max(MIN_TASKS, threads) tasks, so G = 1 (no partials to sum) from H = 16 heads on; G follows the
+    thread count only beyond MIN_TASKS threads, so results are bitwise the same with 1 … 16 Numba
+    threads.  Up to SERIAL_TOKENS tokens G = 1 (serial twins)."""
+    if N <= SERIAL_TOKENS:
+        return 1
+    return max(1, min(-(-max(MIN_TASKS, numba_thread_count()) // H), N))
+
+
 def _tasks(N: int) -> int:
-    """Row tasks of the numba kernels (rows i = t, t + T, ... per task t; each task keeps its own
-    adjoint partials, summed over t afterwards).  T does not follow the thread count up to
-    MIN_TASKS threads, so results are bitwise the same with 1 … 16 Numba threads (e.g. in sweep
-    workers that get fewer threads than the parent).  Up to SERIAL_TOKENS tokens T = 1: such layers
-    run on the serial twins anyway (numba_twins.py), where T partials of (H, d_k + d_v, N) each were
-    only zeroed and summed again (N = 8, H = 256: 53 of the adjoint's 190 µs)."""
+    """Row tasks of the numba forward kernel (rows i = t, t + T, ... per task t, all heads).  T does not
+    follow the thread count up to MIN_TASKS threads, so results are bitwise the same with 1 … 16 Numba
+    threads (e.g. in sweep workers that get fewer threads than the parent).  Up to SERIAL_TOKENS tokens
+    T = 1: such layers run on the serial twins anyway (numba_twins.py)."""
     if N <= SERIAL_TOKENS:
         return 1
     return max(1, min(max(MIN_TASKS, numba_thread_count()), N))
 
 
-#: per thread: the adjoint's task partials of the last shape, reused (a fresh (T, H, d_k + d_v, N) array
+#: per thread: the adjoint's task partials of the last shape, reused (a fresh (G, H, d_k + d_v, N) array
 #: per call costs its page faults, about as much as the key-side updates themselves at N = 256)
 _SCRATCH = threading.local()
 
 
-def _partials(T: int, H: int, d_k: int, d_v: int, N: int,
+def _partials(G: int, H: int, d_k: int, d_v: int, N: int,
               dtype: np.dtype = np.dtype(np.float64)) -> tuple[np.ndarray, np.ndarray]:
-    """KBP (T, H, d_k, N), VBP (T, H, d_v, N) scratch for the numba adjoint in ``dtype`` (the layer's: a
+    """KBP (G, H, d_k, N), VBP (G, H, d_v, N) scratch for the numba adjoint in ``dtype`` (the layer's: a
     float64 scratch would promote the float32 kernel's partial sums); contents undefined (the kernel's
     tasks zero their own slices); one pair per thread, replaced when the shape or dtype changes."""
-    key = (T, H, d_k, d_v, N, np.dtype(dtype))
+    key = (G, H, d_k, d_v, N, np.dtype(dtype))
     if getattr(_SCRATCH, "key", None) != key:
-        _SCRATCH.key, _SCRATCH.arrays = key, (np.empty((T, H, d_k, N), dtype), np.empty((T, H, d_v, N), dtype))
+        _SCRATCH.key, _SCRATCH.arrays = key, (np.empty((G, H, d_k, N), dtype), np.empty((G, H, d_v, N), dtype))
     return _SCRATCH.arrays
 
 
@@ -213,6 +223,7 @@ class AttentionLayer:
         if LAYER_ADJOINT.has(self.flavour):
             self._module = LAYER_ADJOINT.load(backend, precision=precision, d=self.d, d_k=self.d_k, d_v=self.d_v)
             self.runtime = Runtime(backend, precision)
+            self._stack_arrays = ReusedArrays()  # field_stack's layer caches, reused once dropped
         # GPU flavours: device arrays and launches (the batched device_field / device_vjp)
         self.dev: Runtime | None = self.runtime if self.flavour.on_device else None
 
@@ -291,12 +302,14 @@ class AttentionLayer:
         """x_{r+1} = x_r + F_r(x_r), r = 0..L-1, in one call of the numba ``forward_stack`` (the kernels
         of :meth:`field` in the same order, so the same numbers bit for bit): ``states`` (L+1, N, d) with
         x_0 set is filled in place; Qs.. (L, H, ...), c (L, H); all C-contiguous in the layer's dtype.
-        Returns the L layer caches, stacked (a ``LayerStack``)."""
+        Returns the L layer caches, stacked (a ``LayerStack``), in arrays of the layer's
+        ``ReusedArrays`` pool: handed out again only once nothing references them."""
         rt, m = self.runtime, self._module
         assert rt is not None and self.dev is None, "field_stack runs the numba host kernels"
         (L, H), N = Qs.shape[:2], states.shape[1]
-        st = LayerStack(rt.empty((L, H, N, self.d_k)), rt.empty((L, H, self.d_k, N)), rt.empty((L, H, self.d_v, N)),
-                        rt.empty((L, H, N, self.d_v)), rt.empty((L, H, N)))
+        empty = lambda shape: self._stack_arrays.empty(shape, self.dtype)  # noqa: E731 (host arrays)
+        st = LayerStack(empty((L, H, N, self.d_k)), empty((L, H, self.d_k, N)), empty((L, H, self.d_v, N)),
+                        empty((L, H, N, self.d_v)), empty((L, H, N)))
         rt.call(m, "forward_stack", N, states, Qs, Ks, Vs, Os, c, self.beta, self.causal, _tasks(N), st.QF, st.KT,
                 st.VT, st.A, st.LOGZ, rt.empty((N, self.d)))
         return st
@@ -308,10 +321,9 @@ class AttentionLayer:
         rt, m = self.runtime, self._module
         assert rt is not None and self.dev is None, "xbar_stack runs the numba host kernels"
         H, N = Qs.shape[1], p.shape[1]
-        T = _tasks(N)
-        KBP, VBP = _partials(T, H, self.d_k, self.d_v, N, self.dtype)
+        KBP, VBP = _partials(_row_groups(H, N), H, self.d_k, self.d_v, N, self.dtype)
         rt.call(m, "adjoint_stack", N, p, Qs, Ks, Vs, Os, c, stack.QF, stack.KT, stack.VT, stack.A, stack.LOGZ,
-                self.beta, self.causal, bool(lions), rt.empty((H, N, self.d_k)), KBP, VBP, rt.empty((N, self.d)),
+                self.beta, self.causal, bool(lions), rt.empty((H, N, self.d_k)), KBP, VBP,
                 rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d)))
 
     # ------------------------------------------------------------------ vjp
@@ -360,19 +372,18 @@ class AttentionLayer:
         return QBAR, KBAR, VBAR
 
     def _bars_host(self, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, lions):
-        """The python-numba adjoint kernels: ``adjoint`` (row tasks, each with its own kbar/vbar partials
-        (T, H, d_k|d_v, N), zeroed by the task), then ``finish`` (partials summed over t in order, the
-        Lions term once per key, xbar = XJ + Lions)."""
+        """The python-numba adjoint kernels: ``adjoint`` (tasks (head, row group), each with its own
+        kbar/vbar partials (G, H, d_k|d_v, N), zeroed by the task), then ``finish`` (partials summed over
+        the groups in order; xbar = sum_h Q_h^T qbar_h + the Lions term, once per token)."""
         rt, m = self.runtime, self._module
         assert rt is not None
         H, N = Qs.shape[0], PC.shape[0]
-        T = _tasks(N)  # each row task keeps its own kbar/vbar partials
-        QBAR, XJ = rt.empty((H, N, self.d_k)), rt.empty((N, self.d))
-        KBP, VBP = _partials(T, H, self.d_k, self.d_v, N, self.dtype)
-        rt.call(m, "adjoint", N, PC, Qs, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ, self.beta,
-                self.causal, QBAR, KBP, VBP, XJ)
+        QBAR = rt.empty((H, N, self.d_k))
+        KBP, VBP = _partials(_row_groups(H, N), H, self.d_k, self.d_v, N, self.dtype)
+        rt.call(m, "adjoint", N, PC, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ, self.beta,
+                self.causal, QBAR, KBP, VBP)
         KBT, VBT, xbar = rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d))
-        rt.call(m, "finish", N, KBP, VBP, Ks, Vs, XJ, bool(lions), KBT, VBT, xbar)
+        rt.call(m, "finish", N, KBP, VBP, Qs, Ks, Vs, QBAR, bool(lions), KBT, VBT, xbar)
         return QBAR, KBT.transpose(0, 2, 1), VBT.transpose(0, 2, 1), xbar  # KBAR, VBAR (H, N, d_k|d_v) views
 
     # ------------------------------------------------------------------ GPU (device arrays)
