@@ -45,11 +45,11 @@ def _ulps(got, want):
     return np.where(got == want, 0.0, np.abs(got - want) / np.spacing(np.abs(want)))
 
 
-def test_fast_exp_within_two_ulp_on_the_softmax_range(row_exp):
+def test_fast_exp_within_one_ulp_on_the_softmax_range(row_exp):
     rng = np.random.default_rng(0)
     x = np.concatenate([np.linspace(-745.0, 0.0, 1_000_001), -rng.exponential(20.0, 200_000),
                         rng.uniform(-700.0, 700.0, 200_000), rng.uniform(-1.0, 1.0, 200_000)])
-    assert _ulps(row_exp(x), np.exp(x)).max() <= 2.0  # measured: 1 ulp
+    assert _ulps(row_exp(x), np.exp(x)).max() <= 1.0  # measured: 1 ulp (degree 12 instead of 13: 2 ulp)
 
 
 def test_fast_exp_special_values_as_numpy(row_exp):
