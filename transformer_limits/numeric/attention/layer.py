@@ -98,13 +98,11 @@ SERIAL_TOKENS = 32
 
 def _row_groups(H: int, N: int) -> int:
     """Row groups G per head of the numba adjoint: its tasks are (head h, group g), rows i = g, g + G, ...,
-    each with its own key-side partials (G, H, d_k + d_v, N), summed over g afterwards.  H G is at least
-    max(MIN_TASKS, threads) tasks, so G = 1 (no partials to sum) from H = 16 heads on; G follows the
-    thread count only beyond MIN_TASKS threads, so results are bitwise the same with 1 … 16 Numba
-    threads.  Up to SERIAL_TOKENS tokens G = 1 (serial twins)."""
-    if N <= SERIAL_TOKENS:
-        return 1
-    return max(1, min(-(-max(MIN_TASKS, numba_thread_count()) // H), N))
+    each with its own key-side partials (G, H, d_k + d_v, N), summed over g afterwards.  G = ceil(T / H)
+    for the forward's T = :func:`_tasks` (N), so the adjoint has at least as many tasks as the forward,
+    G = 1 (no partials to sum) from H = 16 heads on, and, like T, G is the same with 1 … 16 Numba
+    threads (bitwise the same results)."""
+    return -(-_tasks(N) // H)
 
 
 def _tasks(N: int) -> int:
