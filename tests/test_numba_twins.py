@@ -31,7 +31,8 @@ from transformer_limits.numeric.elementwise import elementwise_activation  # noq
 from transformer_limits.numeric.flavours import PYTHON_NUMBA  # noqa: E402
 from transformer_limits.numeric.kernel_family import (ATTENTION, ELEMENTWISE_ACTIVATION, FAMILIES,  # noqa: E402
                                                       FLOW_TAYLOR_JET, LAYER_ADJOINT, MLP_FIELD)
-from transformer_limits.numeric.numba_twins import TIMINGS, TwinKernel, forced, serial_source  # noqa: E402
+from transformer_limits.numeric.numba_twins import (PARALLEL_ONLY_S, TIMINGS, TwinKernel, forced,  # noqa: E402
+                                                     serial_source)
 from transformer_limits.numeric.sphere.mlp_field import mlp_field_kernels  # noqa: E402
 
 INSTANCES = {ATTENTION.name: dict(d=3, d_k=2, d_v=3), LAYER_ADJOINT.name: dict(d=3, d_k=2, d_v=4),
@@ -244,6 +245,18 @@ def test_a_long_launch_goes_to_the_faster_twin(two_threads):
     assert ((5,),) not in k._choice
     k(b, 7)
     assert list(k._choice) == [((4,),), ((5,), 7)]
+
+
+def test_a_serial_launch_longer_than_the_parallel_threshold_goes_parallel_at_once(two_threads):
+    """One timed serial run of PARALLEL_ONLY_S or more decides the shape: no more serial runs."""
+    k = TwinKernel(_Fake(1e-3, "parallel"), _Fake(1.2 * PARALLEL_ONLY_S, "serial"))
+    a = np.zeros(4)
+    # launch 1 compiled the serial twin, launch 2 timed it (long): parallel from launch 3 on
+    assert _launch(k, 5, a) == ["serial", "serial", "parallel", "parallel", "parallel"]
+    assert k._choice[((4,),)] is False
+    # just under the threshold: the alternation decides, as before
+    k = TwinKernel(_Fake(1e-3, "parallel"), _Fake(0.8 * PARALLEL_ONLY_S, "serial"))
+    assert _launch(k, 4, a) == ["serial", "serial", "parallel", "parallel"] and isinstance(k._choice[((4,),)], tuple)
 
 
 def test_one_numba_thread_and_forced_launches_pick_one_twin(monkeypatch):

@@ -17,7 +17,9 @@ speed alone:
 * one Numba thread (``numba.get_num_threads() == 1``, e.g. a sweep worker): the serial twin;
 * else per kernel and launch *shape* (the shapes of its array arguments and its integer arguments):
   the first launch runs serially and is timed; if it took less than :data:`SERIAL_ONLY_S`, that shape
-  stays serial (splitting it over threads cannot win back a launch); otherwise the next launches of
+  stays serial (splitting it over threads cannot win back a launch); if it took :data:`PARALLEL_ONLY_S`
+  or more, the shape goes parallel (a launch's cost is then below 0.2 % of the work, and timing two
+  more serial runs would cost about what a whole parallel run does); otherwise the next launches of
   the shape alternate parallel and serial, :data:`TIMINGS` of each, and the one with the faster best
   time is kept for the shape.  A launch that compiled its kernel (or loaded it from Numba's cache) is
   not a timing: it decides nothing.
@@ -41,8 +43,8 @@ import numpy as np
 from transformer_limits import kernel_cache
 from transformer_limits.numeric.vector_width import prefer_wide_vectors
 
-__all__ = ["SERIAL_ONLY_S", "TIMINGS", "KINDS", "numba_thread_count", "TwinKernel", "TwinModule", "serial_source",
-           "load_twins", "forced"]
+__all__ = ["SERIAL_ONLY_S", "PARALLEL_ONLY_S", "TIMINGS", "KINDS", "numba_thread_count", "TwinKernel", "TwinModule",
+           "serial_source", "load_twins", "forced"]
 
 #: what :func:`forced` can pin every launch to
 KINDS = ("serial", "parallel")
@@ -51,6 +53,10 @@ _forced: str | None = None
 #: a launch shape whose serial run takes less than this stays serial: a parallel launch costs about
 #: 1e-4 s on the workqueue layer, so two threads cannot halve less than 2e-4 s of work profitably
 SERIAL_ONLY_S = 2e-4
+
+#: a launch shape whose first serial run takes this long or longer goes parallel at once: the pool's
+#: launch cost (about 1e-4 s) is then at most 0.2 % of the work, which split over two threads saves far more
+PARALLEL_ONLY_S = 0.05
 
 #: timed launches of each twin before a shape is decided (the best of each counts: one launch is noisy)
 TIMINGS = 3
@@ -127,6 +133,8 @@ class TwinKernel:
         (serial_s if run_serial else parallel_s).append(elapsed)
         if len(serial_s) == 1 and not parallel_s and elapsed < SERIAL_ONLY_S:
             self._choice[shape] = True
+        elif len(serial_s) == 1 and not parallel_s and elapsed >= PARALLEL_ONLY_S:
+            self._choice[shape] = False
         elif len(parallel_s) == TIMINGS:
             self._choice[shape] = min(serial_s) <= min(parallel_s)
         return out

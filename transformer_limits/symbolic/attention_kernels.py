@@ -165,7 +165,7 @@ def _numba_forward(b: _Blocks) -> list[str]:
            + ["    " + s for s in [f"k_{a} = KT[{a}, j]" for a in range(d_k)] + b.logit.lines(P) + ["row[j] = logit"]]
            + row_max + ["s = 0.0"] + [f"acc_{c} = 0.0" for c in range(d_v)] + ["for j in range(M):"]
            # the select keeps a zero-weight atom far above the shift from making 0 * inf = NaN
-           + ["    e = w[j] * fast_exp(row[j] - m) if w[j] > 0.0 else 0.0", "    s += e"]
+           + ["    e = w[j] * fast_exp_nonpos(row[j] - m) if w[j] > 0.0 else 0.0", "    s += e"]
            + [f"    acc_{c} += e * VT[{c}, j]" for c in range(d_v)]
            + [f"A[i, {c}] = acc_{c} / s" for c in range(d_v)] + ["LOGZ[i] = m + math.log(s)"])
     return ["", '@numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})',
@@ -193,9 +193,9 @@ def _numba_symmetric_forward(b: _Blocks) -> list[str]:
     P = "scalar"
     k_at = lambda j: [f"k_{a} = KT[{a}, {j}]" for a in range(d_k)] + b.logit.lines(P)  # noqa: E731
     row = ([f"q_{a} = QT[{a}, i]" for a in range(d_k)] + [f"vi_{c} = VT[{c}, i]" for c in range(d_v)]
-           + k_at("i") + ["e = fast_exp(logit - shift)", "s = e"] + [f"acc_{c} = e * vi_{c}" for c in range(d_v)]
+           + k_at("i") + ["e = fast_exp_nonpos(logit - shift)", "s = e"] + [f"acc_{c} = e * vi_{c}" for c in range(d_v)]
            + ["for jj in range(N - 1 - i):", "    j = i + 1 + jj"]
-           + ["    " + s for s in k_at("j") + ["e = fast_exp(logit - shift)", "E[j] = e", "s += e"]
+           + ["    " + s for s in k_at("j") + ["e = fast_exp_nonpos(logit - shift)", "E[j] = e", "s += e"]
               + [f"acc_{c} += e * VT[{c}, j]" for c in range(d_v)]]
            + ["for jj in range(N - 1 - i):", "    CS[i + 1 + jj] += E[i + 1 + jj]"]
            + [s for c in range(d_v) for s in ("for jj in range(N - 1 - i):",

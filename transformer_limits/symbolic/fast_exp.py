@@ -9,8 +9,11 @@ that LLVM inlines and vectorises (AVX2: four lanes):
 * Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2: k = round(x / ln2) by the shifter trick
   (t = x log2(e) + 1.5 * 2^52 holds k in its low mantissa bits), ln2 split into ln2_hi (low 32 bits
   zero, so k ln2_hi is exact) and ln2_lo;
-* e^r by its Taylor polynomial of degree 13 (remainder < 5e-18 on |r| <= ln2/2), Horner form with
-  the first terms kept exact: 1 + (r + r^2 (1/2 + r (1/6 + ...)));
+* e^r = 1 + (r + r^2 p(r)), the first terms exact, p of degree 9 (Horner form) the Chebyshev interpolant
+  of (e^r - 1 - r) / r^2 on |r| <= ln2/2 (``EXP_POLY``: ``mpmath.chebyfit`` at 40 digits, coefficients
+  rounded to float64; |p - (e^r - 1 - r) / r^2| < 1.2e-16, so < 2e-17 relative in e^r, a tenth of an
+  ulp): degree 11 in all, two FMAs fewer than the Taylor polynomial of the same accuracy (degree 13,
+  used before), 7 % of the exp on AVX2;
 * p 2^k rounded once (``_times_pow2(p, t)``, an llvmlite intrinsic reading k from t's bits): with
   AVX-512 one ``vscalefpd`` (``llvm.ldexp``; the loop vectoriser widens it), elsewhere two factors
   2^k1 2^k2, k1 + k2 = k, built from exponent bits (int64 -> float64 bitcasts: LLVM expands a vector
@@ -19,6 +22,9 @@ that LLVM inlines and vectorises (AVX2: four lanes):
   for bit (tests/test_fast_exp.py compiles both); the choice is made at compile time from the target's
   CPU features, which Numba's cache index records.
 
+**fast_exp_nonpos(x)**, emitted alongside, is the same function without the upper clamp, for the
+softmax loops, whose arguments l - max_j l_j and l - log Z are <= 0 up to a rounding: bit for bit
+``fast_exp`` for x <= 1418 (float32: 176), where the exponent-bit factors stay normal; 7 % cheaper on AVX2.
 Measured against ``numpy.exp`` (``tests/test_fast_exp.py``): at most 1 ulp over [-745, 0] and on
 random samples, NaN/inf/-inf/underflow as numpy.  The helpers use ``fastmath={"contract"}`` only (FMA
 contraction; no reassociation, which could undo the Cody-Waite split, and no nnan/ninf).
@@ -46,9 +52,15 @@ from __future__ import annotations
 from fractions import Fraction
 from math import factorial
 
-__all__ = ["EXP_DEGREE", "EXP_DEGREE_F32", "fast_exp_lines"]
+__all__ = ["EXP_DEGREE", "EXP_DEGREE_F32", "EXP_POLY", "fast_exp_lines"]
 
-EXP_DEGREE = 13
+EXP_DEGREE = 11
+#: p(r) = sum_n EXP_POLY[n] r^n, ascending: the degree-9 Chebyshev interpolant (10 nodes on |r| <= ln2/2 (1 +
+#: 1e-6), mpmath.chebyfit at 40 digits, rounded to float64) of (e^r - 1 - r) / r^2; tests/test_fast_exp.py
+#: re-derives it and checks the error bound
+EXP_POLY = (0.5000000000000001, 0.16666666666666669, 0.041666666666624164, 0.008333333333330065,
+            0.001388888891719689, 0.00019841269863040675, 2.480152132210459e-05, 2.7557268480106926e-06,
+            2.762007600563138e-07, 2.5100375929185925e-08)
 _SHIFTER = 6755399441055744.0  # 1.5 * 2^52
 _SHIFTER_BITS = 0x4338000000000000
 LOG2E = 1.4426950408889634
@@ -100,27 +112,35 @@ def fast_exp_lines(precision: str = "float64") -> list[str]:
         return _fast_exp_lines_f32()
     if precision != "float64":
         raise ValueError(f"precision must be float64 or float32, got {precision!r}")
-    coef = [float(Fraction(1, factorial(n))) for n in range(2, EXP_DEGREE + 1)]
-    horner = [f"    p = {coef[-1]!r}"] + [f"    p = p * r + {c!r}" for c in reversed(coef[:-1])]
+    horner = [f"    p = {EXP_POLY[-1]!r}"] + [f"    p = p * r + {c!r}" for c in reversed(EXP_POLY[:-1])]
     return [
         "from llvmlite import ir as _ir",
         "from numba.extending import intrinsic as _intrinsic",
         "",
         "",
         *_times_pow2_lines("float64"),
-        '@numba.njit(cache=True, fastmath={"contract"})',
-        "def fast_exp(x):",
-        f'    """exp(x) to 1 ulp, vectorisable (Cody-Waite + degree-{EXP_DEGREE} Taylor + exponent bits)."""',
-        "    x = -746.0 if x < -746.0 else x  # NaN passes both clamps",
-        "    x = 710.0 if x > 710.0 else x",
-        f"    t = x * {LOG2E!r} + {_SHIFTER!r}",
-        f"    kf = t - {_SHIFTER!r}",
-        f"    r = x - kf * {LN2_HI!r}",
-        f"    r = r - kf * {LN2_LO!r}",
-        *horner,
-        "    p = 1.0 + (r + r * r * p)",
-        "    return _times_pow2(p, t)",
+        *_exp_functions(f"Cody-Waite + degree-{EXP_DEGREE} Chebyshev + exponent bits", "-746.0", "710.0", [
+            f"    t = x * {LOG2E!r} + {_SHIFTER!r}",
+            f"    kf = t - {_SHIFTER!r}",
+            f"    r = x - kf * {LN2_HI!r}",
+            f"    r = r - kf * {LN2_LO!r}",
+            *horner,
+            "    p = 1.0 + (r + r * r * p)",
+            "    return _times_pow2(p, t)"], "1418"),
     ]
+
+
+def _exp_functions(method: str, lo: str, hi: str, core: list[str], valid: str) -> list[str]:
+    """``fast_exp`` (both clamps) and ``fast_exp_nonpos`` (the lower clamp only) around the same ``core``
+    lines.  The softmax arguments l - max l and l - log Z are <= 0 up to a rounding, where the upper clamp
+    changes nothing; without it the exp is 7 % cheaper on AVX2 (three vector instructions become one),
+    and still exact for x up to ``valid`` (the exponent-bit factors stay normal) and NaN for NaN."""
+    deco = '@numba.njit(cache=True, fastmath={"contract"})'
+    return [deco, "def fast_exp(x):", f'    """exp(x) to 1 ulp, vectorisable ({method})."""',
+            f"    x = {lo} if x < {lo} else x  # NaN passes both clamps", f"    x = {hi} if x > {hi} else x", *core,
+            "", "", deco, "def fast_exp_nonpos(x):",
+            f'    """fast_exp(x) for x <= {valid} (no overflow clamp: the softmax loops, x <= 0)."""',
+            f"    x = {lo} if x < {lo} else x  # NaN passes", *core]
 
 
 def _fast_exp_lines_f32() -> list[str]:
@@ -140,17 +160,13 @@ def _fast_exp_lines_f32() -> list[str]:
         "",
         "",
         *_times_pow2_lines("float32"),
-        '@numba.njit(cache=True, fastmath={"contract"})',
-        "def fast_exp(x):",
-        f'    """float32 exp(x) to 1 ulp, vectorisable (Cody-Waite + degree-{EXP_DEGREE_F32} Taylor + exponent '
-        'bits)."""',
-        "    x = _EXP_LO if x < _EXP_LO else x  # NaN passes both clamps",
-        "    x = _EXP_HI if x > _EXP_HI else x",
-        "    t = x * _EXP_LOG2E + _EXP_SHIFTER",
-        "    kf = t - _EXP_SHIFTER",
-        "    r = x - kf * _EXP_LN2_HI",
-        "    r = r - kf * _EXP_LN2_LO",
-        *horner,
-        "    p = _EXP_ONE + (r + r * r * p)",
-        "    return _times_pow2(p, t)",
+        *_exp_functions(f"float32, Cody-Waite + degree-{EXP_DEGREE_F32} Taylor + exponent bits", "_EXP_LO",
+                        "_EXP_HI", [
+                            "    t = x * _EXP_LOG2E + _EXP_SHIFTER",
+                            "    kf = t - _EXP_SHIFTER",
+                            "    r = x - kf * _EXP_LN2_HI",
+                            "    r = r - kf * _EXP_LN2_LO",
+                            *horner,
+                            "    p = _EXP_ONE + (r + r * r * p)",
+                            "    return _times_pow2(p, t)"], "176"),
     ]
