@@ -131,10 +131,9 @@ class TwinKernel:
         if len(kernel.overloads) != compiled:  # this launch compiled (or loaded) the kernel: not a timing
             return out
         (serial_s if run_serial else parallel_s).append(elapsed)
-        if len(serial_s) == 1 and not parallel_s and elapsed < SERIAL_ONLY_S:
-            self._choice[shape] = True
-        elif len(serial_s) == 1 and not parallel_s and elapsed >= PARALLEL_ONLY_S:
-            self._choice[shape] = False
+        if len(serial_s) == 1 and not parallel_s:  # the first timing decides alone if short or long
+            if elapsed < SERIAL_ONLY_S or elapsed >= PARALLEL_ONLY_S:
+                self._choice[shape] = elapsed < SERIAL_ONLY_S
         elif len(parallel_s) == TIMINGS:
             self._choice[shape] = min(serial_s) <= min(parallel_s)
         return out

@@ -115,8 +115,8 @@ def _tasks(N: int) -> int:
     return max(1, min(max(MIN_TASKS, numba_thread_count()), N))
 
 
-#: row lengths (bytes) that are multiples of this map every row of a (H, n, N) array to the same cache sets
-ALIAS_BYTES = 4096
+#: row lengths (bytes) that are multiples of ALIAS_BYTES map every row of a (H, n, N) array to the same cache sets
+ALIAS_BYTES, CACHE_LINE_BYTES = 4096, 64
 
 
 def token_stride(N: int, itemsize: int) -> int:
@@ -125,7 +125,7 @@ def token_stride(N: int, itemsize: int) -> int:
     rows of one head share their L1 sets, and the adjoint's key-side sweeps, 16 or more rows at once,
     miss on every access: measured 1.35x slower at N = 1024 and 4096, float64).  Columns j >= N are
     padding, never read."""
-    return N + 64 // itemsize if (N * itemsize) % ALIAS_BYTES == 0 else N
+    return N + CACHE_LINE_BYTES // itemsize if (N * itemsize) % ALIAS_BYTES == 0 else N
 
 
 #: per thread: the adjoint's task partials of the last shape, reused (a fresh (G, H, d_k + d_v, N) array
@@ -241,6 +241,10 @@ class AttentionLayer:
         # GPU flavours: device arrays and launches (the batched device_field / device_vjp)
         self.dev: Runtime | None = self.runtime if self.flavour.on_device else None
 
+    def _stride(self, N: int) -> int:
+        """The numba kernels' token stride N_s for N tokens in this layer's dtype (``token_stride``)."""
+        return token_stride(N, self.dtype.itemsize)
+
     def _visible(self, N: int) -> np.ndarray:
         """The causal mask j <= i, (N, N) bool, built once per N (read only)."""
         mask = self._masks.get(N)
@@ -300,7 +304,7 @@ class AttentionLayer:
         rt, m = self.runtime, self._module
         assert rt is not None
         H, N = Qs.shape[0], X.shape[0]
-        Ns = token_stride(N, self.dtype.itemsize)
+        Ns = self._stride(N)
         QF, KT, VT = rt.empty((H, N, self.d_k)), rt.empty((H, self.d_k, Ns)), rt.empty((H, self.d_v, Ns))
         rt.call(m, "features", H * N, X, Qs, Ks, Vs, QF, KT, VT)
         A, LOGZ, F = rt.empty((H, N, self.d_v)), rt.empty((H, N)), rt.empty((N, self.d))
@@ -323,7 +327,7 @@ class AttentionLayer:
         assert rt is not None and self.dev is None, "field_stack runs the numba host kernels"
         (L, H), N = Qs.shape[:2], states.shape[1]
         empty = lambda shape: self._stack_arrays.empty(shape, self.dtype)  # noqa: E731 (host arrays)
-        Ns = token_stride(N, self.dtype.itemsize)
+        Ns = self._stride(N)
         st = LayerStack(empty((L, H, N, self.d_k)), empty((L, H, self.d_k, Ns)), empty((L, H, self.d_v, Ns)),
                         empty((L, H, N, self.d_v)), empty((L, H, N)))
         rt.call(m, "forward_stack", N, states, Qs, Ks, Vs, Os, c, self.beta, self.causal, _tasks(N), st.QF, st.KT,
@@ -337,8 +341,7 @@ class AttentionLayer:
         rt, m = self.runtime, self._module
         assert rt is not None and self.dev is None, "xbar_stack runs the numba host kernels"
         H, N = Qs.shape[1], p.shape[1]
-        KBP, VBP = _partials(_row_groups(H, N), H, self.d_k, self.d_v, token_stride(N, self.dtype.itemsize),
-                             self.dtype)
+        KBP, VBP = _partials(_row_groups(H, N), H, self.d_k, self.d_v, self._stride(N), self.dtype)
         rt.call(m, "adjoint_stack", N, p, Qs, Ks, Vs, Os, c, stack.QF, stack.KT, stack.VT, stack.A, stack.LOGZ,
                 self.beta, self.causal, bool(lions), rt.empty((H, N, self.d_k)), KBP, VBP,
                 rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d)))
@@ -396,8 +399,7 @@ class AttentionLayer:
         assert rt is not None
         H, N = Qs.shape[0], PC.shape[0]
         QBAR = rt.empty((H, N, self.d_k))
-        KBP, VBP = _partials(_row_groups(H, N), H, self.d_k, self.d_v, token_stride(N, self.dtype.itemsize),
-                             self.dtype)
+        KBP, VBP = _partials(_row_groups(H, N), H, self.d_k, self.d_v, self._stride(N), self.dtype)
         rt.call(m, "adjoint", N, PC, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ, self.beta,
                 self.causal, QBAR, KBP, VBP)
         KBT, VBT, xbar = rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d))
