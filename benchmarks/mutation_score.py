@@ -137,7 +137,10 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
     # issue 26, fifth sitting: pools kept across a report's sweeps, batched sphere runs
     ("fast_exp", "transformer_limits/symbolic/fast_exp.py", ("tests/test_fast_exp.py",)),
     ("attention_layer", "transformer_limits/numeric/attention/layer.py",
-     ("tests/test_layers.py", "tests/test_layer_stacks.py", "tests/test_numba_twins.py")),
+     ("tests/test_layers.py", "tests/test_layer_stacks.py", "tests/test_numba_twins.py", "tests/test_softmax_tape.py",
+      "tests/test_token_stride.py")),
+    ("layer_caches", "transformer_limits/numeric/attention/layer_caches.py",
+     ("tests/test_softmax_tape.py", "tests/test_layer_stacks.py")),
     ("sweep_executors", "transformer_limits/verify/sweeps/executors.py",
      ("tests/test_sweep.py", "tests/test_fault_injection.py")),
     ("mlp_field", "transformer_limits/numeric/sphere/mlp_field.py",

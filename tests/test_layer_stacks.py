@@ -73,3 +73,20 @@ def test_other_backends_keep_the_per_layer_path():
     assert not model.layer.runs_stacks
     fwd = model.forward(np.zeros((4, 3)), init_params(2, 2, 3, 2, 2, seed=0))
     assert getattr(fwd.run.caches, "stacked", None) is None
+
+
+def test_a_stack_is_the_sequence_of_its_layer_caches():
+    """ForwardPass.caches of a stack: L layer caches, indexable from both ends, IndexError past them."""
+    L, H, N = 3, 4, 9
+    model = AttentionTransformer(3, 2, 2, backend="numba")
+    params = init_params(L, H, 3, 2, 2, seed=5)
+    fwd = model.forward(np.random.default_rng(5).uniform(-1, 1, (N, 3)), params)
+    caches = fwd.caches
+    assert fwd.run is not None and caches is fwd.run.caches.stacked and len(caches) == L
+    assert len(list(caches)) == L  # iteration stops at the IndexError
+    for r in range(L):
+        assert np.shares_memory(caches[r].A, caches.A[r]) and np.array_equal(caches[r].A, caches.A[r])
+        assert np.array_equal(caches[r - L].QF, caches.QF[r])
+    for bad in (L, -L - 1):
+        with pytest.raises(IndexError):
+            caches[bad]

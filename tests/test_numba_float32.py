@@ -184,9 +184,10 @@ def _launch_every_float32_kernel() -> dict:
     QF, KT, VT = np.empty((H, N, dk), f32), np.empty((H, dk, N), f32), np.empty((H, dv, N), f32)
     A, LZ, F = np.empty((H, N, dv), f32), np.empty((H, N), f32), np.empty((N, d), f32)
     rt.call(m, "features", H * N, X, Qs, Ks, Vs, QF, KT, VT)
-    rt.call(m, "forward", N, QF, KT, VT, Os, c, 1.0, False, T, A, LZ, F)  # beta a Python float: cast by rt
+    tape = np.empty((H, N, N), f32)  # the softmax tape (its branch is typed either way; a float32 one)
+    rt.call(m, "forward", N, QF, KT, VT, Os, c, 1.0, False, T, A, LZ, F, tape)  # beta a Python float: cast by rt
     KBP, VBP, QBAR = np.empty((T, H, dk, N), f32), np.empty((T, H, dv, N), f32), np.empty((H, N, dk), f32)
-    rt.call(m, "adjoint", N, _rand(rng, N, d), Os, c, QF, KT, VT, A, LZ, 1.0, True, QBAR, KBP, VBP)
+    rt.call(m, "adjoint", N, _rand(rng, N, d), Os, c, QF, KT, VT, A, LZ, 1.0, True, QBAR, KBP, VBP, tape)
     rt.call(m, "finish", N, KBP, VBP, Qs, Ks, Vs, QBAR, True, np.empty((H, dk, N), f32), np.empty((H, dv, N), f32),
             np.empty((N, d), f32))
     rt.call(m, "features_serial", H * N, X, Qs, Ks, Vs, QF, KT, VT)
@@ -218,7 +219,7 @@ def test_a_float64_scalar_would_promote_the_loop_so_the_runtime_casts_it():
     d, H, N, T = 2, 1, 5, 2
     m = LAYER_ADJOINT.load(NUMBA, precision="float32", d=d, d_k=d, d_v=d)
     QF, KT, VT = _rand(rng, H, N, d), _rand(rng, H, d, N), _rand(rng, H, d, N)
-    out = np.empty((H, N, d), f32), np.empty((H, N), f32), np.empty((N, d), f32)
+    out = np.empty((H, N, d), f32), np.empty((H, N), f32), np.empty((N, d), f32), np.empty((H, 0, 0), f32)
     with forced("serial"):
         m.forward(QF, KT, VT, _rand(rng, H, d, d), np.ones(H, f32), 1.0, False, T, *out)  # no runtime: float64 beta
     assert any("beta" in v for v in _float64_variables(m.forward.serial, float64_arguments=True))

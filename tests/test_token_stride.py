@@ -14,6 +14,7 @@ import pytest
 
 from transformer_limits.numeric.attention.layer import (AttentionLayer, _partials, _row_groups, _tasks,
                                                        token_stride)
+from transformer_limits.numeric.attention.layer_caches import no_tape
 
 
 @pytest.mark.parametrize("N, itemsize, want", [
@@ -24,34 +25,37 @@ def test_rows_whose_bytes_are_a_multiple_of_4_kib_get_one_cache_line_more(N, ite
     assert token_stride(N, itemsize) == want
 
 
-def _run(layer, X, Qs, Ks, Vs, Os, c, PC, causal, Ns):
-    """features, forward, adjoint, finish on arrays of token stride Ns, the padding filled with NaN."""
+def _run(layer, X, Qs, Ks, Vs, Os, c, PC, causal, Ns, tape):
+    """features, forward, adjoint, finish on arrays of token stride Ns, the padding filled with NaN; with
+    a softmax tape (H, N, N) or without (the empty "no tape" array)."""
     m, (H, d_k), N, d_v = layer._module, Qs.shape[:2], X.shape[0], Vs.shape[1]
     QF = np.empty((H, N, d_k))
     KT, VT = np.full((H, d_k, Ns), np.nan), np.full((H, d_v, Ns), np.nan)
     m.features(X, Qs, Ks, Vs, QF, KT, VT)
     A, LOGZ, F = np.empty((H, N, d_v)), np.empty((H, N)), np.empty((N, X.shape[1]))
-    m.forward(QF, KT, VT, Os, c, 0.7, causal, _tasks(N), A, LOGZ, F)
+    P = np.full((H, N, N), np.nan) if tape else no_tape((H,), np.dtype(np.float64))
+    m.forward(QF, KT, VT, Os, c, 0.7, causal, _tasks(N), A, LOGZ, F, P)
     KBP, VBP = (a.copy() for a in _partials(_row_groups(H, N), H, d_k, d_v, Ns))
     KBP[..., N:], VBP[..., N:] = np.nan, np.nan
     QBAR = np.empty((H, N, d_k))
-    m.adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, 0.7, causal, QBAR, KBP, VBP)
+    m.adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, 0.7, causal, QBAR, KBP, VBP, P)
     KBT, VBT, XB = np.empty((H, d_k, N)), np.empty((H, d_v, N)), np.empty((N, X.shape[1]))
     m.finish(KBP, VBP, Qs, Ks, Vs, QBAR, True, KBT, VBT, XB)
     assert np.isnan(KT[..., N:]).all() and np.isnan(KBP[..., N:]).all()  # nothing wrote the padding either
     return F, A, LOGZ, QBAR, KBT, VBT, XB
 
 
+@pytest.mark.parametrize("tape", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_padded_and_unpadded_arrays_give_the_same_numbers_bit_for_bit(causal):
+def test_padded_and_unpadded_arrays_give_the_same_numbers_bit_for_bit(causal, tape):
     d, d_k, d_v, H, N = 3, 2, 2, 3, 512
     layer = AttentionLayer(d, d_k, d_v, backend="numba")
     rng = np.random.default_rng(7)
     X, PC = rng.uniform(-1, 1, (N, d)), rng.normal(size=(N, d))
     Qs, Ks, Vs, Os = (rng.normal(size=s) for s in ((H, d_k, d), (H, d_k, d), (H, d_v, d), (H, d, d_v)))
     c = rng.uniform(0.5, 1.5, H)
-    plain = _run(layer, X, Qs, Ks, Vs, Os, c, PC, causal, N)
-    padded = _run(layer, X, Qs, Ks, Vs, Os, c, PC, causal, token_stride(N, 8))
+    plain = _run(layer, X, Qs, Ks, Vs, Os, c, PC, causal, N, tape)
+    padded = _run(layer, X, Qs, Ks, Vs, Os, c, PC, causal, token_stride(N, 8), tape)
     for a, b in zip(plain, padded):
         assert np.all(np.isfinite(a)) and np.array_equal(a, b)
 

@@ -26,11 +26,14 @@ groups per head, chosen by the caller):
                    (an integer max of order keys: vectorised, the same maximum as a float max), each key's
                    features loaded once for the two rows; (2) per row, e_j = exp(logit - m) in place and
                    its sum s; (3) one sweep over the values for both rows: A^i = sum_j e_j v^j / s;
-                   log Z^i = m + log s; F^i = sum_h c_h O_h A_h^i (h in order)
+                   log Z^i = m + log s; F^i = sum_h c_h O_h A_h^i (h in order).  With a softmax tape E
+                   (H, N, N) (non-empty: the caller wants it), the rows are the tape's rows E[h, i],
+                   left holding P_ij = e_j (1 / s), zero past a causal row's visible keys
 ``adjoint``        per task (h, g), rows in blocks of ADJ_ROWS (i0 + r G): each row's g^i = c_h O_h^T p^i,
                    gA^i = <g^i, A^i> and key coefficients kc^i = d logit / d k; then sweeps over j
                    (vectorised), each with few live registers: the logits of two rows at a time (shared
-                   key loads) into the scratch rows PR; per row P_ij = exp(logit - log Z^i) in place; per
+                   key loads) into the scratch rows PR; per row P_ij = exp(logit - log Z^i) in place (with
+                   a tape P (H, N, N): neither, P_ij read from the tape and copied to PR in the next sweep); per
                    row the pair score sbar_ij (scratch SR) and qbar^i = sum_j sbar_ij d logit/d q; then
                    one contiguous-j sweep per component adds the block's kbar^j += sbar_ij kc^i and
                    vbar^j += P_ij g^i to the task's partials KBP[g, h], VBP[g, h] (G, H, d_k|d_v, N),
@@ -43,7 +46,8 @@ groups per head, chosen by the caller):
 
 Array conventions (C order, float64): X (N, d); Qs, Ks (H, d_k, d); Vs (H, d_v, d); Os (H, d, d_v);
 c (H,) head weights; A (H, N, d_v); QF, QBAR (H, N, d_k); KT, KBP[g] (H, d_k, N_s); VT, VBP[g] (H, d_v, N_s);
-LOGZ (H, N); F, PC, XB (N, d); KBT (H, d_k, N), VBT (H, d_v, N).  N_s >= N is the token stride of the
+LOGZ (H, N); F, PC, XB (N, d); KBT (H, d_k, N), VBT (H, d_v, N); the softmax tape E, P (H, N, N), or an
+empty (H, 0, 0) array for none (the kernels test its second axis).  N_s >= N is the token stride of the
 arrays the pair loops sweep (the caller's choice; columns j >= N are never read): rows whose length in
 bytes is a multiple of 4 KiB all map to the same cache sets, and the key-side sweeps, which walk 16 or
 more such rows at once, then miss in L1 on every access (the adjoint 1.35x slower at N = 1024 than with
@@ -177,37 +181,42 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
         sfx = [f"_r{r}" for r in range(R)]
         ren = lambda lines, r: [re.sub(r"\b(logit|q_\d+|_l\d+)\b", rf"\1{sfx[r]}", x) for x in lines]  # noqa: E731
         out = [f"i{r} = i + {r} * T" for r in range(R)] + [f"stop{r} = i{r} + 1 if causal else N" for r in range(R)]
+        out += [f"row{r} = E[h, i{r}] if tape else rows[{r}]" for r in range(R)]  # the tape's rows, or scratch
         for r in range(R):
             out += ren(_loads("q", d_k, "QF", f"h, i{r}"), r) + [f"mk{r} = _order_key(-math.inf)"]
 
         def logits(rs: list[int], lo: str, hi: str) -> list[str]:
             body = _rows("k", d_k, "KT", "h", "j")
             for r in rs:
-                body += ren(b.lines("logit"), r) + [f"rows[{r}, j] = logit{sfx[r]}", f"kj = _order_key(logit{sfx[r]})",
+                body += ren(b.lines("logit"), r) + [f"row{r}[j] = logit{sfx[r]}", f"kj = _order_key(logit{sfx[r]})",
                                                     f"mk{r} = kj if kj > mk{r} else mk{r}"]
             return [f"for j in range({lo}, {hi}):"] + ["    " + x for x in body]
 
         def values(rs: list[int], lo: str, hi: str) -> list[str]:
-            body = [f"e{r} = rows[{r}, j]" for r in rs] + _rows("v", d_v, "VT", "h", "j")
+            body = [f"e{r} = row{r}[j]" for r in rs] + _rows("v", d_v, "VT", "h", "j")
             body += [f"acc{r}_{c} += e{r} * v_{c}" for r in rs for c in range(d_v)]
             return [f"for j in range({lo}, {hi}):"] + ["    " + x for x in body]
 
         out += logits(list(range(R)), "0", "stop0") + (logits([1], "stop0", "stop1") if R == 2 else [])
         for r in range(R):
             out += [f"m{r} = _order_value(mk{r})", f"s{r} = 0.0", f"for j in range(stop{r}):",
-                    f"    e = fast_exp_nonpos(rows[{r}, j] - m{r})", f"    rows[{r}, j] = e", f"    s{r} += e"]
+                    f"    e = fast_exp_nonpos(row{r}[j] - m{r})", f"    row{r}[j] = e", f"    s{r} += e"]
         out += [f"acc{r}_{c} = 0.0" for r in range(R) for c in range(d_v)]
         out += values(list(range(R)), "0", "stop0") + (values([1], "stop0", "stop1") if R == 2 else [])
         for r in range(R):
             out += ([f"A_{c} = acc{r}_{c} / s{r}" for c in range(d_v)] + _stores("A", f"h, i{r}", "A", d_v)
                     + [f"LOGZ[h, i{r}] = m{r} + math.log(s{r})"] + b.lines("head_out")
-                    + [f"F[i{r}, {a}] += o_{a}" for a in range(d)])
+                    + [f"F[i{r}, {a}] += o_{a}" for a in range(d)]
+                    # the tape keeps P_ij = e_j (1 / s), zero past the visible keys (causal)
+                    + ["if tape:", f"    inv = 1.0 / s{r}", f"    for j in range(stop{r}):", f"        row{r}[j] *= inv",
+                       f"    for j in range(stop{r}, N):", f"        row{r}[j] = 0.0"])
         return out
 
     # heads outermost within a task: its rows sweep one head's keys and values (2 (d_k + d_v) N floats,
     # kept in L2) before the next head's, instead of every head's per row (H times that: past L2 at
     # H = 32, N = 1024); rows in pairs (i, i + T), a last odd row alone.  F[i] is summed over h in order
-    forward = (["H = QF.shape[0]", "N = QF.shape[1]", "for t in numba.prange(T):", "    rows = numpy.empty((2, N))",
+    forward = (["H = QF.shape[0]", "N = QF.shape[1]", "tape = E.shape[1] > 0", "for t in numba.prange(T):",
+                "    rows = numpy.empty((2, N))",
                 "    for i in range(t, N, T):"] + [f"        F[i, {a}] = 0.0" for a in range(d)]
                + ["    for h in range(H):", "        wh = c[h]"] + ["        " + s for s in _unpack("O", d, d_v)]
                + ["        for i in range(t, N, 2 * T):", "            if i + T < N:"]
@@ -248,19 +257,29 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
     # Sweeps per block, each a lean loop vectorised over j (few live registers, no spills): (A) per pair of
     # rows, the logits into PR (shared key loads); (E) per row, P_ij = exp(logit - log Z^i) in place; (B)
     # per row, sbar_ij (SR) and the j-sums qbar^i; PR, SR zero beyond a row's visible keys, up to smax
-    block_sweeps = (
+    recompute = (
         ["for rp in range(" + str(R // 2) + "):", "    r0 = 2 * rp", "    r1 = r0 + 1"]
         + ["    " + x for x in [f"q_{b_}_r0 = QR[r0, {b_}]" for b_ in range(d_k)]
            + [f"q_{b_}_r1 = QR[r1, {b_}]" for b_ in range(d_k)]
            + logit_pair(["r0", "r1"], "0", "STOP[r0]") + logit_pair(["r1"], "STOP[r0]", "STOP[r1]")]
         + [f"for r in range({R}):", "    lz = LZ[r]", "    stop = STOP[r]", "    for j in range(stop):",
-           "        PR[r, j] = fast_exp_nonpos(PR[r, j] - lz)", "    for j in range(stop, smax):", "        PR[r, j] = 0.0"]
+           "        PR[r, j] = fast_exp_nonpos(PR[r, j] - lz)", "    for j in range(stop, smax):", "        PR[r, j] = 0.0"])
+    # sweep B for row r: p from PR (recomputed) or from the tape row PT = P[h, i] (copied to PR on the way,
+    # for the partial updates; the tape is zero past a causal row's visible keys, an absent row sees none)
+    def score_sweep(p_from: list[str]) -> list[str]:
+        return (["for j in range(stop):"]
+                + ["    " + y for y in p_from + _rows("k", d_k, "KT", "h", "j") + _rows("v", d_v, "VT", "h", "j")
+                   + b.lines("pair_score") + b.lines("query_inc") + [f"qb_{b_} += dq_{b_}" for b_ in range(d_k)]
+                   + ["SR[r, j] = sbar"]])
+
+    block_sweeps = (
+        ["if not tape:"] + ["    " + x for x in recompute]
         + [f"for r in range({R}):", "    stop = STOP[r]", "    gA = GA[r]"]
         + ["    " + x for x in [f"g_{c_} = GR[r, {c_}]" for c_ in range(d_v)] + [f"q_{b_} = QR[r, {b_}]" for b_ in range(d_k)]
-           + [f"qb_{b_} = 0.0" for b_ in range(d_k)] + ["for j in range(stop):"]
-           + ["    " + y for y in ["p = PR[r, j]"] + _rows("k", d_k, "KT", "h", "j") + _rows("v", d_v, "VT", "h", "j")
-              + b.lines("pair_score") + b.lines("query_inc") + [f"qb_{b_} += dq_{b_}" for b_ in range(d_k)]
-              + ["SR[r, j] = sbar"]]
+           + [f"qb_{b_} = 0.0" for b_ in range(d_k)]
+           + ["if tape:", "    PT = P[h, min(i0 + r * G, N - 1)]"]
+           + ["    " + y for y in score_sweep(["p = PT[j]", "PR[r, j] = p"]) + ["for j in range(stop, smax):", "    PR[r, j] = 0.0"]]
+           + ["else:"] + ["    " + y for y in score_sweep(["p = PR[r, j]"])]
            + ["for j in range(stop, smax):", "    SR[r, j] = 0.0"]
            + ["if stop > 0:"] + ["    " + f"QBAR[h, i0 + r * G, {b_}] = qb_{b_}" for b_ in range(d_k)]])
     def partial_updates(n: int, coef: str, coefs: str, pair: str, pairs: str, group: str, out: str, arr: str):
@@ -277,7 +296,8 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
                    [f"kc_{e}_r{r} = KC[{r}, {e}]" for r in range(R)] + ["for j in range(smax):"]
                    + [f"    KBP[g, h, {e}, j] += " + " + ".join(f"SR[{r}, j] * kc_{e}_r{r}" for r in range(R))]]
     key_updates += partial_updates(d_v, "g", "GR", "p", "PR", "value_inc", "dv", "VBP")
-    adjoint = (["H = QF.shape[0]", "N = QF.shape[1]", "G = KBP.shape[0]", "for task in numba.prange(H * G):",
+    adjoint = (["H = QF.shape[0]", "N = QF.shape[1]", "G = KBP.shape[0]", "tape = P.shape[1] > 0",
+                "for task in numba.prange(H * G):",
                 "    h = task // G", "    g = task - h * G", "    wh = c[h]"]
                + ["    for j in range(N):"] + [f"        KBP[g, h, {b_}, j] = 0.0" for b_ in range(d_k)]
                + [f"        VBP[g, h, {c_}, j] = 0.0" for c_ in range(d_v)]
@@ -329,8 +349,8 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
     # the same feature maps on the calling thread, for the stacks' small layers: a parallel launch costs
     # about 0.1 ms, as much as H N = 8192 token-heads of this loop
     out += kernel("features_serial(X, Qs, Ks, Vs, QF, KT, VT)", features, njit.replace("parallel=True", "parallel=False"))
-    out += kernel("forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F)", forward, njit_pairs)
-    out += kernel("adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP)", adjoint, njit_pairs)
+    out += kernel("forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F, E)", forward, njit_pairs)
+    out += kernel("adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, P)", adjoint, njit_pairs)
     out += kernel("finish(KBP, VBP, Qs, Ks, Vs, QBAR, lions, KBT, VBT, XB)", finish)
     # whole stacks of L layers in one call (residual x_{r+1} = x_r + F_r(x_r), p_r = p_{r+1} + xbar_r): the
     # same kernels in the same order as L host calls, without L times the Python and dispatch overhead
@@ -342,17 +362,17 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
                                                "else:",
                                                "    features(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])",
                                                "forward(QF[r], KT[r], VT[r], Os[r], c[r], beta, causal, T, A[r], "
-                                               "LOGZ[r], F)"] + residual("states", "r + 1", "r", "F")])
+                                               "LOGZ[r], F, E[r])"] + residual("states", "r + 1", "r", "F")])
     adjoint_stack = (["L = Qs.shape[0]", "N = p.shape[1]", "for r in range(L - 1, -1, -1):"]
                      + ["    " + s_ for s_ in ["adjoint(p[r + 1], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], "
-                                               "beta, causal, QBAR, KBP, VBP)",
+                                               "beta, causal, QBAR, KBP, VBP, P[r])",
                                                "finish(KBP, VBP, Qs[r], Ks[r], Vs[r], QBAR, lions, KBT, VBT, XB)"]
                         + residual("p", "r", "r + 1", "XB")])
     stack_jit = "@numba.njit(parallel=False, cache=True, fastmath=False)"
-    out += kernel("forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOGZ, F)",
+    out += kernel("forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOGZ, F, E)",
                   forward_stack, stack_jit)
     out += kernel("adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, "
-                  "KBT, VBT, XB)", adjoint_stack, stack_jit)
+                  "KBT, VBT, XB, P)", adjoint_stack, stack_jit)
     return typed_python_source("\n".join(out) + "\n", precision)
 
 

@@ -222,9 +222,10 @@ def features_serial(X, Qs, Ks, Vs, QF, KT, VT):
 
 
 @numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
-def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
+def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F, E):
     H = QF.shape[0]
     N = QF.shape[1]
+    tape = E.shape[1] > 0
     for t in numba.prange(T):
         rows = numpy.empty((2, N))
         for i in range(t, N, T):
@@ -242,6 +243,8 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
                     i1 = i + 1 * T
                     stop0 = i0 + 1 if causal else N
                     stop1 = i1 + 1 if causal else N
+                    row0 = E[h, i0] if tape else rows[0]
+                    row1 = E[h, i1] if tape else rows[1]
                     q_0_r0 = QF[h, i0, 0]
                     q_1_r0 = QF[h, i0, 1]
                     mk0 = _order_key(-math.inf)
@@ -252,39 +255,39 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
                         k_0 = KT[h, 0, j]
                         k_1 = KT[h, 1, j]
                         logit_r0 = beta*(k_0*q_0_r0 + k_1*q_1_r0)
-                        rows[0, j] = logit_r0
+                        row0[j] = logit_r0
                         kj = _order_key(logit_r0)
                         mk0 = kj if kj > mk0 else mk0
                         logit_r1 = beta*(k_0*q_0_r1 + k_1*q_1_r1)
-                        rows[1, j] = logit_r1
+                        row1[j] = logit_r1
                         kj = _order_key(logit_r1)
                         mk1 = kj if kj > mk1 else mk1
                     for j in range(stop0, stop1):
                         k_0 = KT[h, 0, j]
                         k_1 = KT[h, 1, j]
                         logit_r1 = beta*(k_0*q_0_r1 + k_1*q_1_r1)
-                        rows[1, j] = logit_r1
+                        row1[j] = logit_r1
                         kj = _order_key(logit_r1)
                         mk1 = kj if kj > mk1 else mk1
                     m0 = _order_value(mk0)
                     s0 = 0.0
                     for j in range(stop0):
-                        e = fast_exp_nonpos(rows[0, j] - m0)
-                        rows[0, j] = e
+                        e = fast_exp_nonpos(row0[j] - m0)
+                        row0[j] = e
                         s0 += e
                     m1 = _order_value(mk1)
                     s1 = 0.0
                     for j in range(stop1):
-                        e = fast_exp_nonpos(rows[1, j] - m1)
-                        rows[1, j] = e
+                        e = fast_exp_nonpos(row1[j] - m1)
+                        row1[j] = e
                         s1 += e
                     acc0_0 = 0.0
                     acc0_1 = 0.0
                     acc1_0 = 0.0
                     acc1_1 = 0.0
                     for j in range(0, stop0):
-                        e0 = rows[0, j]
-                        e1 = rows[1, j]
+                        e0 = row0[j]
+                        e1 = row1[j]
                         v_0 = VT[h, 0, j]
                         v_1 = VT[h, 1, j]
                         acc0_0 += e0 * v_0
@@ -292,7 +295,7 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
                         acc1_0 += e1 * v_0
                         acc1_1 += e1 * v_1
                     for j in range(stop0, stop1):
-                        e1 = rows[1, j]
+                        e1 = row1[j]
                         v_0 = VT[h, 0, j]
                         v_1 = VT[h, 1, j]
                         acc1_0 += e1 * v_0
@@ -308,6 +311,12 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
                     o_1 = O_1_0*_h30 + O_1_1*_h31
                     F[i0, 0] += o_0
                     F[i0, 1] += o_1
+                    if tape:
+                        inv = 1.0 / s0
+                        for j in range(stop0):
+                            row0[j] *= inv
+                        for j in range(stop0, N):
+                            row0[j] = 0.0
                     A_0 = acc1_0 / s1
                     A_1 = acc1_1 / s1
                     A[h, i1, 0] = A_0
@@ -319,9 +328,16 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
                     o_1 = O_1_0*_h30 + O_1_1*_h31
                     F[i1, 0] += o_0
                     F[i1, 1] += o_1
+                    if tape:
+                        inv = 1.0 / s1
+                        for j in range(stop1):
+                            row1[j] *= inv
+                        for j in range(stop1, N):
+                            row1[j] = 0.0
                 else:
                     i0 = i + 0 * T
                     stop0 = i0 + 1 if causal else N
+                    row0 = E[h, i0] if tape else rows[0]
                     q_0_r0 = QF[h, i0, 0]
                     q_1_r0 = QF[h, i0, 1]
                     mk0 = _order_key(-math.inf)
@@ -329,19 +345,19 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
                         k_0 = KT[h, 0, j]
                         k_1 = KT[h, 1, j]
                         logit_r0 = beta*(k_0*q_0_r0 + k_1*q_1_r0)
-                        rows[0, j] = logit_r0
+                        row0[j] = logit_r0
                         kj = _order_key(logit_r0)
                         mk0 = kj if kj > mk0 else mk0
                     m0 = _order_value(mk0)
                     s0 = 0.0
                     for j in range(stop0):
-                        e = fast_exp_nonpos(rows[0, j] - m0)
-                        rows[0, j] = e
+                        e = fast_exp_nonpos(row0[j] - m0)
+                        row0[j] = e
                         s0 += e
                     acc0_0 = 0.0
                     acc0_1 = 0.0
                     for j in range(0, stop0):
-                        e0 = rows[0, j]
+                        e0 = row0[j]
                         v_0 = VT[h, 0, j]
                         v_1 = VT[h, 1, j]
                         acc0_0 += e0 * v_0
@@ -357,13 +373,20 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F):
                     o_1 = O_1_0*_h30 + O_1_1*_h31
                     F[i0, 0] += o_0
                     F[i0, 1] += o_1
+                    if tape:
+                        inv = 1.0 / s0
+                        for j in range(stop0):
+                            row0[j] *= inv
+                        for j in range(stop0, N):
+                            row0[j] = 0.0
 
 
 @numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
-def adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP):
+def adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, P):
     H = QF.shape[0]
     N = QF.shape[1]
     G = KBP.shape[0]
+    tape = P.shape[1] > 0
     for task in numba.prange(H * G):
         h = task // G
         g = task - h * G
@@ -423,32 +446,33 @@ def adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP):
                     GA[r] = 0.0
                     LZ[r] = 0.0
                     STOP[r] = 0
-            for rp in range(2):
-                r0 = 2 * rp
-                r1 = r0 + 1
-                q_0_r0 = QR[r0, 0]
-                q_1_r0 = QR[r0, 1]
-                q_0_r1 = QR[r1, 0]
-                q_1_r1 = QR[r1, 1]
-                for j in range(0, STOP[r0]):
-                    k_0 = KT[h, 0, j]
-                    k_1 = KT[h, 1, j]
-                    logit_r0 = beta*(k_0*q_0_r0 + k_1*q_1_r0)
-                    PR[r0, j] = logit_r0
-                    logit_r1 = beta*(k_0*q_0_r1 + k_1*q_1_r1)
-                    PR[r1, j] = logit_r1
-                for j in range(STOP[r0], STOP[r1]):
-                    k_0 = KT[h, 0, j]
-                    k_1 = KT[h, 1, j]
-                    logit_r1 = beta*(k_0*q_0_r1 + k_1*q_1_r1)
-                    PR[r1, j] = logit_r1
-            for r in range(4):
-                lz = LZ[r]
-                stop = STOP[r]
-                for j in range(stop):
-                    PR[r, j] = fast_exp_nonpos(PR[r, j] - lz)
-                for j in range(stop, smax):
-                    PR[r, j] = 0.0
+            if not tape:
+                for rp in range(2):
+                    r0 = 2 * rp
+                    r1 = r0 + 1
+                    q_0_r0 = QR[r0, 0]
+                    q_1_r0 = QR[r0, 1]
+                    q_0_r1 = QR[r1, 0]
+                    q_1_r1 = QR[r1, 1]
+                    for j in range(0, STOP[r0]):
+                        k_0 = KT[h, 0, j]
+                        k_1 = KT[h, 1, j]
+                        logit_r0 = beta*(k_0*q_0_r0 + k_1*q_1_r0)
+                        PR[r0, j] = logit_r0
+                        logit_r1 = beta*(k_0*q_0_r1 + k_1*q_1_r1)
+                        PR[r1, j] = logit_r1
+                    for j in range(STOP[r0], STOP[r1]):
+                        k_0 = KT[h, 0, j]
+                        k_1 = KT[h, 1, j]
+                        logit_r1 = beta*(k_0*q_0_r1 + k_1*q_1_r1)
+                        PR[r1, j] = logit_r1
+                for r in range(4):
+                    lz = LZ[r]
+                    stop = STOP[r]
+                    for j in range(stop):
+                        PR[r, j] = fast_exp_nonpos(PR[r, j] - lz)
+                    for j in range(stop, smax):
+                        PR[r, j] = 0.0
             for r in range(4):
                 stop = STOP[r]
                 gA = GA[r]
@@ -458,19 +482,38 @@ def adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP):
                 q_1 = QR[r, 1]
                 qb_0 = 0.0
                 qb_1 = 0.0
-                for j in range(stop):
-                    p = PR[r, j]
-                    k_0 = KT[h, 0, j]
-                    k_1 = KT[h, 1, j]
-                    v_0 = VT[h, 0, j]
-                    v_1 = VT[h, 1, j]
-                    sbar = p*(-gA + g_0*v_0 + g_1*v_1)
-                    _q70 = beta*sbar
-                    dq_0 = _q70*k_0
-                    dq_1 = _q70*k_1
-                    qb_0 += dq_0
-                    qb_1 += dq_1
-                    SR[r, j] = sbar
+                if tape:
+                    PT = P[h, min(i0 + r * G, N - 1)]
+                    for j in range(stop):
+                        p = PT[j]
+                        PR[r, j] = p
+                        k_0 = KT[h, 0, j]
+                        k_1 = KT[h, 1, j]
+                        v_0 = VT[h, 0, j]
+                        v_1 = VT[h, 1, j]
+                        sbar = p*(-gA + g_0*v_0 + g_1*v_1)
+                        _q70 = beta*sbar
+                        dq_0 = _q70*k_0
+                        dq_1 = _q70*k_1
+                        qb_0 += dq_0
+                        qb_1 += dq_1
+                        SR[r, j] = sbar
+                    for j in range(stop, smax):
+                        PR[r, j] = 0.0
+                else:
+                    for j in range(stop):
+                        p = PR[r, j]
+                        k_0 = KT[h, 0, j]
+                        k_1 = KT[h, 1, j]
+                        v_0 = VT[h, 0, j]
+                        v_1 = VT[h, 1, j]
+                        sbar = p*(-gA + g_0*v_0 + g_1*v_1)
+                        _q70 = beta*sbar
+                        dq_0 = _q70*k_0
+                        dq_1 = _q70*k_1
+                        qb_0 += dq_0
+                        qb_1 += dq_1
+                        SR[r, j] = sbar
                 for j in range(stop, smax):
                     SR[r, j] = 0.0
                 if stop > 0:
@@ -586,7 +629,7 @@ def finish(KBP, VBP, Qs, Ks, Vs, QBAR, lions, KBT, VBT, XB):
 
 
 @numba.njit(parallel=False, cache=True, fastmath=False)
-def forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOGZ, F):
+def forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOGZ, F, E):
     L = Qs.shape[0]
     N = states.shape[1]
     for r in range(L):
@@ -594,18 +637,18 @@ def forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOG
             features_serial(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])
         else:
             features(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])
-        forward(QF[r], KT[r], VT[r], Os[r], c[r], beta, causal, T, A[r], LOGZ[r], F)
+        forward(QF[r], KT[r], VT[r], Os[r], c[r], beta, causal, T, A[r], LOGZ[r], F, E[r])
         for i in range(N):
             states[r + 1, i, 0] = states[r, i, 0] + F[i, 0]
             states[r + 1, i, 1] = states[r, i, 1] + F[i, 1]
 
 
 @numba.njit(parallel=False, cache=True, fastmath=False)
-def adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, KBT, VBT, XB):
+def adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, KBT, VBT, XB, P):
     L = Qs.shape[0]
     N = p.shape[1]
     for r in range(L - 1, -1, -1):
-        adjoint(p[r + 1], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], beta, causal, QBAR, KBP, VBP)
+        adjoint(p[r + 1], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], beta, causal, QBAR, KBP, VBP, P[r])
         finish(KBP, VBP, Qs[r], Ks[r], Vs[r], QBAR, lions, KBT, VBT, XB)
         for i in range(N):
             p[r, i, 0] = p[r + 1, i, 0] + XB[i, 0]

@@ -49,12 +49,13 @@ from __future__ import annotations
 
 import importlib
 import threading
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
 
+from transformer_limits.numeric.attention.layer_caches import (SOFTMAX_TAPE_BYTES, DeviceCache, LayerCache, LayerStack,
+                                                               no_tape)
 from transformer_limits.numeric.backends import FLOAT32_BACKENDS, REGISTRY, resolve_backend
 from transformer_limits.numeric.flavours import NUMPY_BLAS, PYTHON_NUMPY
 from transformer_limits.numeric.numba_twins import numba_thread_count
@@ -144,69 +145,6 @@ def _partials(G: int, H: int, d_k: int, d_v: int, N: int,
         _SCRATCH.key, _SCRATCH.arrays = key, (np.empty((G, H, d_k, N), dtype), np.empty((G, H, d_v, N), dtype))
     return _SCRATCH.arrays
 
-
-
-@dataclass
-class DeviceCache:
-    """One layer's cache on the device for a batch of B problems (bh = b H + h): QF (B H, N, d_k),
-    KT (B H, d_k, N), VT (B H, d_v, N), A (B H, N, d_v), LOGZ (B H, N)."""
-
-    QF: Any
-    KT: Any
-    VT: Any
-    A: Any
-    LOGZ: Any
-
-    @staticmethod
-    def empty(dev: Runtime, lead: tuple[int, ...], N: int, d_k: int, d_v: int) -> "DeviceCache":
-        """Uninitialised arrays with leading axes ``lead`` (e.g. (B H,), or (L, B H) for a whole network)."""
-        return DeviceCache(dev.empty(lead + (N, d_k)), dev.empty(lead + (d_k, N)), dev.empty(lead + (d_v, N)),
-                           dev.empty(lead + (N, d_v)), dev.empty(lead + (N,)))
-
-    def layer(self, r: int) -> "DeviceCache":
-        """Layer r of a stacked (L, B H, ...) cache (device views, no copy)."""
-        return DeviceCache(self.QF[r], self.KT[r], self.VT[r], self.A[r], self.LOGZ[r])
-
-
-@dataclass
-class LayerCache:
-    """What the forward pass keeps for the VJP: head outputs A (H, N, d_v), features QF (H, N, d_k),
-    KF, VF (H, N, d_k|d_v) (numpy/blas) or transposed (H, d_k|d_v, N) (GPU backends) or (H, d_k|d_v, N_s)
-    (numba: columns j < N, the token stride N_s = ``token_stride``), and either the softmax matrices
-    P (H, N, N) (numpy/blas) or log-normalisers LOGZ (H, N) (generated kernels).  Host (NumPy) arrays on
-    every backend."""
-
-    A: np.ndarray
-    QF: np.ndarray
-    KF: np.ndarray
-    VF: np.ndarray
-    P: np.ndarray | None = None
-    LOGZ: np.ndarray | None = None
-
-
-@dataclass
-class LayerStack:
-    """The caches of L layers run by :meth:`AttentionLayer.field_stack`, stacked: QF (L, H, N, d_k), KT
-    (L, H, d_k, N_s), VT (L, H, d_v, N_s) (token stride N_s = ``token_stride``), A (L, H, N, d_v), LOGZ
-    (L, H, N)."""
-
-    QF: np.ndarray
-    KT: np.ndarray
-    VT: np.ndarray
-    A: np.ndarray
-    LOGZ: np.ndarray
-
-    def layer(self, r: int) -> LayerCache:
-        """Layer r's cache (views), as :meth:`AttentionLayer.field` returns it."""
-        return LayerCache(A=self.A[r], QF=self.QF[r], KF=self.KT[r], VF=self.VT[r], LOGZ=self.LOGZ[r])
-
-    def __getitem__(self, r: int) -> LayerCache:  # a sequence of the layer caches (ForwardPass.caches)
-        if not -len(self) <= r < len(self):
-            raise IndexError(r)
-        return self.layer(r)
-
-    def __len__(self) -> int:
-        return int(self.A.shape[0])
 
 
 class AttentionLayer:
@@ -308,7 +246,8 @@ class AttentionLayer:
         QF, KT, VT = rt.empty((H, N, self.d_k)), rt.empty((H, self.d_k, Ns)), rt.empty((H, self.d_v, Ns))
         rt.call(m, "features", H * N, X, Qs, Ks, Vs, QF, KT, VT)
         A, LOGZ, F = rt.empty((H, N, self.d_v)), rt.empty((H, N)), rt.empty((N, self.d))
-        rt.call(m, "forward", N, QF, KT, VT, Os, c, self.beta, self.causal, _tasks(N), A, LOGZ, F)
+        rt.call(m, "forward", N, QF, KT, VT, Os, c, self.beta, self.causal, _tasks(N), A, LOGZ, F,
+                no_tape((H,), self.dtype))
         return F, LayerCache(A=A, QF=QF, KF=KT, VF=VT, LOGZ=LOGZ)
 
     # ------------------------------------------------------------------ stacks of layers (numba host)
@@ -317,22 +256,29 @@ class AttentionLayer:
         """Whether :meth:`field_stack` / :meth:`xbar_stack` run here (the generated host kernels: numba)."""
         return self.runtime is not None and self.dev is None
 
-    def field_stack(self, states, Qs, Ks, Vs, Os, c) -> Any:
+    def field_stack(self, states, Qs, Ks, Vs, Os, c, *, tape: bool = False) -> Any:
         """x_{r+1} = x_r + F_r(x_r), r = 0..L-1, in one call of the numba ``forward_stack`` (the kernels
         of :meth:`field` in the same order, so the same numbers bit for bit): ``states`` (L+1, N, d) with
         x_0 set is filled in place; Qs.. (L, H, ...), c (L, H); all C-contiguous in the layer's dtype.
         Returns the L layer caches, stacked (a ``LayerStack``), in arrays of the layer's
-        ``ReusedArrays`` pool: handed out again only once nothing references them."""
+        ``ReusedArrays`` pool: handed out again only once nothing references them.  ``tape``: also keep
+        the softmax matrices P (L, H, N, N) for the adjoint, if they fit ``SOFTMAX_TAPE_BYTES`` (the states
+        are the same bit for bit either way)."""
         rt, m = self.runtime, self._module
         assert rt is not None and self.dev is None, "field_stack runs the numba host kernels"
         (L, H), N = Qs.shape[:2], states.shape[1]
         empty = lambda shape: self._stack_arrays.empty(shape, self.dtype)  # noqa: E731 (host arrays)
         Ns = self._stride(N)
+        taped = tape and L * H * N * N * self.dtype.itemsize <= SOFTMAX_TAPE_BYTES
         st = LayerStack(empty((L, H, N, self.d_k)), empty((L, H, self.d_k, Ns)), empty((L, H, self.d_v, Ns)),
-                        empty((L, H, N, self.d_v)), empty((L, H, N)))
+                        empty((L, H, N, self.d_v)), empty((L, H, N)), empty((L, H, N, N)) if taped else None)
         rt.call(m, "forward_stack", N, states, Qs, Ks, Vs, Os, c, self.beta, self.causal, _tasks(N), st.QF, st.KT,
-                st.VT, st.A, st.LOGZ, rt.empty((N, self.d)))
+                st.VT, st.A, st.LOGZ, rt.empty((N, self.d)), self._tape(st.P, (L, H)))
         return st
+
+    def _tape(self, P: np.ndarray | None, lead: tuple[int, ...]) -> np.ndarray:
+        """The kernels' tape argument: P, or the empty "no tape" array with leading axes ``lead``."""
+        return no_tape(lead, self.dtype) if P is None else P
 
     def xbar_stack(self, p, Qs, Ks, Vs, Os, c, stack: Any, lions: bool = True) -> None:
         """p_r = p_{r+1} + xbar_r(p_{r+1}), r = L-1..0, in one call of the numba ``adjoint_stack`` (the
@@ -344,7 +290,8 @@ class AttentionLayer:
         KBP, VBP = _partials(_row_groups(H, N), H, self.d_k, self.d_v, self._stride(N), self.dtype)
         rt.call(m, "adjoint_stack", N, p, Qs, Ks, Vs, Os, c, stack.QF, stack.KT, stack.VT, stack.A, stack.LOGZ,
                 self.beta, self.causal, bool(lions), rt.empty((H, N, self.d_k)), KBP, VBP,
-                rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d)))
+                rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d)),
+                self._tape(stack.P, Qs.shape[:2]))
 
     # ------------------------------------------------------------------ vjp
     def vjp(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, *, lions: bool = True, param_grads: bool = True):
@@ -401,7 +348,7 @@ class AttentionLayer:
         QBAR = rt.empty((H, N, self.d_k))
         KBP, VBP = _partials(_row_groups(H, N), H, self.d_k, self.d_v, self._stride(N), self.dtype)
         rt.call(m, "adjoint", N, PC, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ, self.beta,
-                self.causal, QBAR, KBP, VBP)
+                self.causal, QBAR, KBP, VBP, self._tape(cache.P, (H,)))
         KBT, VBT, xbar = rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d))
         rt.call(m, "finish", N, KBP, VBP, Qs, Ks, Vs, QBAR, bool(lions), KBT, VBT, xbar)
         return QBAR, KBT.transpose(0, 2, 1), VBT.transpose(0, 2, 1), xbar  # KBAR, VBAR (H, N, d_k|d_v) views

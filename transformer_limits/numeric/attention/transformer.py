@@ -241,12 +241,15 @@ class AttentionTransformer:
         return X
 
     # ------------------------------------------------------------------ passes
-    def forward(self, X0: Any, params: dict[str, Any], head_weights: Any = None) -> ForwardPass:
-        """States x_0..x_L, shape (L+1, N, d)."""
+    def forward(self, X0: Any, params: dict[str, Any], head_weights: Any = None, *,
+                tape: bool = False) -> ForwardPass:
+        """States x_0..x_L, shape (L+1, N, d).  ``tape``: a :meth:`backward` will follow, so keep the
+        softmax matrices for it where that pays (numba layer stacks, up to ``SOFTMAX_TAPE_BYTES``; the
+        states are the same bit for bit, the adjoints to rounding)."""
         params, L, H = self.check_params(params)
         X = self._tokens(X0, "X0", 2)
         c = self.head_weights(L, H, head_weights)
-        run = self._forward_run(X[None], params, c[None], L, H, True)
+        run = self._forward_run(X[None], params, c[None], L, H, True, tape=tape)
         states = run.ops.rt.get(run.states).reshape((L + 1,) + X.shape)
         return ForwardPass(states, run.ops.layer_caches(run.caches), c, run)
 
@@ -269,7 +272,7 @@ class AttentionTransformer:
     def loss_and_grad(self, X0: Any, params: dict[str, Any], loss: Any, head_weights: Any = None):
         """(Loss value, gradients dict, ForwardPass, AdjointPass); ``loss`` has ``value(X_L)`` and
         ``grad(X_L)`` (= dLoss/dx_L), e.g. :class:`~transformer_limits.numeric.attention.losses.SquaredErrorLoss`."""
-        fwd = self.forward(X0, params, head_weights)
+        fwd = self.forward(X0, params, head_weights, tape=True)
         adj = self.backward(fwd, params, loss.grad(fwd.states[-1]))
         return float(loss.value(fwd.states[-1])), adj.grads, fwd, adj
 
@@ -347,7 +350,7 @@ class AttentionTransformer:
         return out
 
     def _forward_run(self, X: np.ndarray, params: dict[str, np.ndarray], c: np.ndarray, L: int, H: int,
-                     shared: bool) -> _Run:
+                     shared: bool, *, tape: bool = False) -> _Run:
         """x_{r+1} = x_r + F_r(x_r), r = 0..L-1, for B problems X (B, N, d) with head weights c (B, L, H),
         where the layer runs (:func:`~transformer_limits.numeric.attention.batched_layer.layer_ops`); on
         a device the inputs are copied in once and nothing comes back."""
@@ -360,7 +363,7 @@ class AttentionTransformer:
         ops.copy_in(states, 0, X.reshape(B * N, d))
         if B == 1 and shared and isinstance(ops, HostLayer) and self.layer.runs_stacks:
             # one kernel call for the L layers (numba): same kernels, same numbers, no per-layer overhead
-            stack = self.layer.field_stack(states, *_heads(dp, slice(None)), dc)
+            stack = self.layer.field_stack(states, *_heads(dp, slice(None)), dc, tape=tape)
             return _Run(ops, B, L, H, N, dc, states, HostCaches(None, stack))
         caches = ops.caches(L)
         PB = 1 if shared else B

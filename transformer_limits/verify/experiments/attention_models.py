@@ -78,7 +78,7 @@ class FlippedLionsTransformer(AttentionTransformer):
 
 def discrete_map(model: AttentionTransformer, params: dict[str, np.ndarray], head_weights: Any = None) -> InputMap:
     def evaluate(X0: np.ndarray):
-        fwd = model.forward(X0, params, head_weights)
+        fwd = model.forward(X0, params, head_weights, tape=True)
         return fwd.states[-1], lambda r: model.backward(fwd, params, r, grads=False).p[0]
     return InputMap(evaluate)
 
