@@ -170,7 +170,8 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
                    + component_loops("key", "v", d_v, "VT[h, {e}, i] = {v}")
                    + ["for i in range(i0, i1):"] + [f"    QF[h, i, {a}] = QT[{a}, i - i0]" for a in range(d_k)]])
     def fwd_rows(R: int) -> list[str]:
-        """A block of R = 1 or 2 rows i_r = i + r T of task t, one head (rows ``rows[r]``): (1) the logits
+        """A block of R = 1 or 2 rows i_r = i + r T of task t, one head (rows ``row{r}``: the tape's rows
+        E[h, i_r], or the task's scratch rows): (1) the logits
         of all R rows in one sweep over the keys (each key's features loaded once for the R rows: the
         sweeps stream K and V from L2 at N = 1024, so loads shared by two rows halve that traffic) with
         each row's maximum, an integer max over order keys (vectorised, where a float compare-and-select
