@@ -141,6 +141,10 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
       "tests/test_token_stride.py")),
     ("layer_caches", "transformer_limits/numeric/attention/layer_caches.py",
      ("tests/test_softmax_tape.py", "tests/test_layer_stacks.py")),
+    # issue 26, ninth sitting: the layer kernels' template (chunked two-row sweeps, split score sweep, the
+    # unnormalised tape); every mutant compiles new kernels, so a run needs a time budget
+    ("attention_adjoint_kernels", "transformer_limits/symbolic/attention_adjoint_kernels.py",
+     ("tests/test_wide_head_sweeps.py", "tests/test_softmax_tape.py", "tests/test_token_stride.py")),
     ("sweep_executors", "transformer_limits/verify/sweeps/executors.py",
      ("tests/test_sweep.py", "tests/test_fault_injection.py")),
     ("mlp_field", "transformer_limits/numeric/sphere/mlp_field.py",

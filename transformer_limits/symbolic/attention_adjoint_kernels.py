@@ -24,17 +24,23 @@ groups per head, chosen by the caller):
 ``forward``        per task and head, rows in pairs (i, i + T): (1) one sweep over the visible keys j
                    (all, or j <= i when causal) writes both rows' logits beta <q^i, k^j> and their maxima
                    (an integer max of order keys: vectorised, the same maximum as a float max), each key's
-                   features loaded once for the two rows; (2) per row, e_j = exp(logit - m) in place and
-                   its sum s; (3) one sweep over the values for both rows: A^i = sum_j e_j v^j / s;
+                   features loaded once for the two rows (at d_k > FWD_CHUNK in sweeps over FWD_CHUNK
+                   components each, partial dots kept in the rows, so that no sweep spills registers);
+                   (2) per row, e_j = exp(logit - m) in place and its sum s; (3) sweeps over the values
+                   for both rows (FWD_CHUNK components each): A^i = sum_j e_j v^j / s;
                    log Z^i = m + log s; F^i = sum_h c_h O_h A_h^i (h in order).  With a softmax tape E
                    (H, N, N) (non-empty: the caller wants it), the rows are the tape's rows E[h, i],
-                   left holding P_ij = e_j (1 / s), zero past a causal row's visible keys
+                   left holding E_ij = e_j = exp(logit - m) unnormalised (P_ij = E_ij / s), zero past a
+                   causal row's visible keys
 ``adjoint``        per task (h, g), rows in blocks of ADJ_ROWS (i0 + r G): each row's g^i = c_h O_h^T p^i,
                    gA^i = <g^i, A^i> and key coefficients kc^i = d logit / d k; then sweeps over j
                    (vectorised), each with few live registers: the logits of two rows at a time (shared
                    key loads) into the scratch rows PR; per row P_ij = exp(logit - log Z^i) in place (with
-                   a tape P (H, N, N): neither, P_ij read from the tape and copied to PR in the next sweep); per
-                   row the pair score sbar_ij (scratch SR) and qbar^i = sum_j sbar_ij d logit/d q; then
+                   a tape E (H, N, N): neither, the forward's E_ij read from the tape and copied to PR in
+                   the next sweep, which also sums s_i = sum_j E_ij; the row's sums below and its
+                   coefficients g^i, kc^i are then scaled by 1 / s_i once); per
+                   row the pair scores sbar_ij into the scratch SR, then (a second sweep, reading SR)
+                   qbar^i = sum_j sbar_ij d logit/d q; then
                    one contiguous-j sweep per component adds the block's kbar^j += sbar_ij kc^i and
                    vbar^j += P_ij g^i to the task's partials KBP[g, h], VBP[g, h] (G, H, d_k|d_v, N),
                    zeroed by the task on entry (the caller may reuse the arrays); G = 1 leaves nothing to
@@ -46,7 +52,7 @@ groups per head, chosen by the caller):
 
 Array conventions (C order, float64): X (N, d); Qs, Ks (H, d_k, d); Vs (H, d_v, d); Os (H, d, d_v);
 c (H,) head weights; A (H, N, d_v); QF, QBAR (H, N, d_k); KT, KBP[g] (H, d_k, N_s); VT, VBP[g] (H, d_v, N_s);
-LOGZ (H, N); F, PC, XB (N, d); KBT (H, d_k, N), VBT (H, d_v, N); the softmax tape E, P (H, N, N), or an
+LOGZ (H, N); F, PC, XB (N, d); KBT (H, d_k, N), VBT (H, d_v, N); the softmax tape E (H, N, N), or an
 empty (H, 0, 0) array for none (the kernels test its second axis).  N_s >= N is the token stride of the
 arrays the pair loops sweep (the caller's choice; columns j >= N are never read): rows whose length in
 bytes is a multiple of 4 KiB all map to the same cache sets, and the key-side sweeps, which walk 16 or
@@ -57,6 +63,8 @@ N_s = N + 8); the adjoint's scratch rows PR, SR take the stride of KBP.
 from __future__ import annotations
 
 import re
+
+import sympy as sp
 
 from transformer_limits.numeric.flavours import PYTHON_NUMBA, flavour_named
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
@@ -72,6 +80,11 @@ ADJOINT_FLAVOURS = LAYER_ADJOINT.flavours  # flavour name -> Flavour record (ker
 ADJ_ROWS = 4  # query rows per block of the adjoint's key/value partial updates
 FIN_KEYS = 512  # keys per task of the adjoint's finish (partial sums and Lions term)
 FEAT_TOKENS = 256  # tokens per task of the feature maps
+# components per joint sweep of the forward's two-row block: the logit (and value) sweeps of two rows over
+# all d_k (d_v) components hold 2 d_k query broadcasts (2 d_v accumulators) and the d_k (d_v) key (value)
+# loads at once, past the 16 vector registers of AVX2 at d_k = 8: LLVM then spills the loads to the stack
+# every iteration (the logit sweep 3x, the value sweep 2x their FMA bound on Zen 1); four at a time fit
+FWD_CHUNK = 4
 FEAT_PARALLEL_ITEMS = 16384  # token-heads H N from which a layer stack computes the feature maps in parallel
 
 
@@ -82,6 +95,7 @@ class _Blocks:
     def __init__(self, d: int, d_k: int, d_v: int):
         P = adjoint_pieces(d, d_k, d_v)
         self.d, self.d_k, self.d_v = d, d_k, d_v
+        self.logit = P.logit["logit"]
         self.blocks: dict[str, CodeBlock] = {
             g: code_block(getattr(P, g), prefix=f"{g[0]}{i}") for i, g in enumerate(self.GROUPS)}
 
@@ -122,6 +136,23 @@ def _needed(lines: list[str], *targets: str) -> list[str]:
 
 def _cols(arr: str, h: str, i: str, sym: str, n: int) -> list[str]:
     return [f"{arr}[{h}, {a}, {i}] = {sym}_{a}" for a in range(n)]
+
+
+def _chunks(n: int) -> list[range]:
+    """Components 0..n-1 in runs of FWD_CHUNK."""
+    return [range(a, min(n, a + FWD_CHUNK)) for a in range(0, n, FWD_CHUNK)]
+
+
+def _dot_logit(b: _Blocks) -> bool:
+    """Whether the derived logit is beta <q, k> (so that the two-row sweeps may split it into partial dots
+    over chunks of components, :data:`FWD_CHUNK`), with more than one chunk."""
+    syms = {str(x): x for x in b.logit.free_symbols}
+    names = ["beta"] + [f"{s}_{a}" for s in "qk" for a in range(b.d_k)]
+    if b.d_k <= FWD_CHUNK or not set(syms) <= set(names) or "beta" not in syms:
+        return False
+    dot = sum(sp.Symbol(f"q_{a}", real=True) * sp.Symbol(f"k_{a}", real=True) for a in range(b.d_k))
+    dot = dot.subs({sp.Symbol(n, real=True): syms[n] for n in syms if n != "beta"})
+    return sp.expand(b.logit - syms["beta"] * dot) == 0
 
 
 def _source_numba(b: _Blocks, precision: str = "float64") -> str:
@@ -193,12 +224,35 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
                                                     f"mk{r} = kj if kj > mk{r} else mk{r}"]
             return [f"for j in range({lo}, {hi}):"] + ["    " + x for x in body]
 
-        def values(rs: list[int], lo: str, hi: str) -> list[str]:
-            body = [f"e{r} = row{r}[j]" for r in rs] + _rows("v", d_v, "VT", "h", "j")
-            body += [f"acc{r}_{c} += e{r} * v_{c}" for r in rs for c in range(d_v)]
-            return [f"for j in range({lo}, {hi}):"] + ["    " + x for x in body]
+        def chunked_logits(lo: str, hi: str) -> list[str]:
+            # both rows, FWD_CHUNK components per sweep: partial dots in the rows, the last sweep adds its
+            # terms to the running sum (the same FMA chain as one sweep), scales by beta and takes the max
+            chunks = _chunks(d_k)
+            out = []
+            for n, ch in enumerate(chunks):
+                body = [f"k_{a} = KT[h, {a}, j]" for a in ch]
+                for r in range(2):
+                    terms = " + ".join(f"k_{a}*q_{a}_r{r}" for a in ch)
+                    if n == 0:
+                        body.append(f"row{r}[j] = {terms}")
+                    elif n < len(chunks) - 1:
+                        body.append(f"row{r}[j] = row{r}[j] + {terms}")
+                    else:
+                        body += [f"logit_r{r} = beta*(row{r}[j] + {terms})", f"row{r}[j] = logit_r{r}",
+                                 f"kj = _order_key(logit_r{r})", f"mk{r} = kj if kj > mk{r} else mk{r}"]
+                out += [f"for j in range({lo}, {hi}):"] + ["    " + x for x in body]
+            return out
 
-        out += logits(list(range(R)), "0", "stop0") + (logits([1], "stop0", "stop1") if R == 2 else [])
+        def values(rs: list[int], lo: str, hi: str) -> list[str]:
+            out = []
+            for ch in (_chunks(d_v) if len(rs) == 2 else [range(d_v)]):
+                body = [f"e{r} = row{r}[j]" for r in rs] + [f"v_{c} = VT[h, {c}, j]" for c in ch]
+                body += [f"acc{r}_{c} += e{r} * v_{c}" for r in rs for c in ch]
+                out += [f"for j in range({lo}, {hi}):"] + ["    " + x for x in body]
+            return out
+
+        joint = logits(list(range(R)), "0", "stop0") if R == 1 or not _dot_logit(b) else chunked_logits("0", "stop0")
+        out += joint + (logits([1], "stop0", "stop1") if R == 2 else [])
         for r in range(R):
             out += [f"m{r} = _order_value(mk{r})", f"s{r} = 0.0", f"for j in range(stop{r}):",
                     f"    e = fast_exp_nonpos(row{r}[j] - m{r})", f"    row{r}[j] = e", f"    s{r} += e"]
@@ -208,9 +262,9 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
             out += ([f"A_{c} = acc{r}_{c} / s{r}" for c in range(d_v)] + _stores("A", f"h, i{r}", "A", d_v)
                     + [f"LOGZ[h, i{r}] = m{r} + math.log(s{r})"] + b.lines("head_out")
                     + [f"F[i{r}, {a}] += o_{a}" for a in range(d)]
-                    # the tape keeps P_ij = e_j (1 / s), zero past the visible keys (causal)
-                    + ["if tape:", f"    inv = 1.0 / s{r}", f"    for j in range(stop{r}):", f"        row{r}[j] *= inv",
-                       f"    for j in range(stop{r}, N):", f"        row{r}[j] = 0.0"])
+                    # the tape keeps E_ij = e_j (P_ij = E_ij / sum_j E_ij: the adjoint sums the row; a
+                    # normalising pass here cost 12 % of the forward), zero past the visible keys (causal)
+                    + ["if tape:", f"    for j in range(stop{r}, N):", f"        row{r}[j] = 0.0"])
         return out
 
     # heads outermost within a task: its rows sweep one head's keys and values (2 (d_k + d_v) N floats,
@@ -265,21 +319,31 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
            + logit_pair(["r0", "r1"], "0", "STOP[r0]") + logit_pair(["r1"], "STOP[r0]", "STOP[r1]")]
         + [f"for r in range({R}):", "    lz = LZ[r]", "    stop = STOP[r]", "    for j in range(stop):",
            "        PR[r, j] = fast_exp_nonpos(PR[r, j] - lz)", "    for j in range(stop, smax):", "        PR[r, j] = 0.0"])
-    # sweep B for row r: p from PR (recomputed) or from the tape row PT = P[h, i] (copied to PR on the way,
-    # for the partial updates; the tape is zero past a causal row's visible keys, an absent row sees none)
+    # sweep B for row r: p from PR (recomputed) or from the tape row PT = E[h, i] (copied to PR on the way,
+    # for the partial updates; an absent row sees no keys).  The tape holds E_ij = P_ij s_i unnormalised:
+    # the sweeps run on E and sum s_i = sum_j E_ij on the way; then, all being linear in p, the row's
+    # j-sums qbar^i and its partial-update coefficients g^i (vbar^j += P_ij g^i), kc^i (through sbar_ij)
+    # are scaled by 1 / s_i once per row instead of once per pair
+    # as two sweeps, the pair scores into SR, then the j-sums qbar^i from SR: one sweep holding the d_v g
+    # broadcasts and the d_k qbar accumulators at once spills them on AVX2 (the adjoint 12 % slower)
     def score_sweep(p_from: list[str]) -> list[str]:
         return (["for j in range(stop):"]
-                + ["    " + y for y in p_from + _rows("k", d_k, "KT", "h", "j") + _rows("v", d_v, "VT", "h", "j")
-                   + b.lines("pair_score") + b.lines("query_inc") + [f"qb_{b_} += dq_{b_}" for b_ in range(d_k)]
-                   + ["SR[r, j] = sbar"]])
+                + ["    " + y for y in p_from + _rows("v", d_v, "VT", "h", "j") + b.lines("pair_score")
+                   + ["SR[r, j] = sbar"]]
+                + ["for j in range(stop):"]
+                + ["    " + y for y in ["sbar = SR[r, j]"] + _rows("k", d_k, "KT", "h", "j") + b.lines("query_inc")
+                   + [f"qb_{b_} += dq_{b_}" for b_ in range(d_k)]])
 
     block_sweeps = (
         ["if not tape:"] + ["    " + x for x in recompute]
         + [f"for r in range({R}):", "    stop = STOP[r]", "    gA = GA[r]"]
         + ["    " + x for x in [f"g_{c_} = GR[r, {c_}]" for c_ in range(d_v)] + [f"q_{b_} = QR[r, {b_}]" for b_ in range(d_k)]
            + [f"qb_{b_} = 0.0" for b_ in range(d_k)]
-           + ["if tape:", "    PT = P[h, min(i0 + r * G, N - 1)]"]
-           + ["    " + y for y in score_sweep(["p = PT[j]", "PR[r, j] = p"]) + ["for j in range(stop, smax):", "    PR[r, j] = 0.0"]]
+           + ["if tape:", "    PT = E[h, min(i0 + r * G, N - 1)]", "    es = 0.0"]
+           + ["    " + y for y in score_sweep(["p = PT[j]", "PR[r, j] = p", "es += p"])
+              + ["for j in range(stop, smax):", "    PR[r, j] = 0.0", "inv = 1.0 / es if stop > 0 else 0.0"]
+              + [f"qb_{b_} *= inv" for b_ in range(d_k)] + [f"GR[r, {c_}] *= inv" for c_ in range(d_v)]
+              + [f"KC[r, {b_}] *= inv" for b_ in range(d_k)]]
            + ["else:"] + ["    " + y for y in score_sweep(["p = PR[r, j]"])]
            + ["for j in range(stop, smax):", "    SR[r, j] = 0.0"]
            + ["if stop > 0:"] + ["    " + f"QBAR[h, i0 + r * G, {b_}] = qb_{b_}" for b_ in range(d_k)]])
@@ -297,7 +361,7 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
                    [f"kc_{e}_r{r} = KC[{r}, {e}]" for r in range(R)] + ["for j in range(smax):"]
                    + [f"    KBP[g, h, {e}, j] += " + " + ".join(f"SR[{r}, j] * kc_{e}_r{r}" for r in range(R))]]
     key_updates += partial_updates(d_v, "g", "GR", "p", "PR", "value_inc", "dv", "VBP")
-    adjoint = (["H = QF.shape[0]", "N = QF.shape[1]", "G = KBP.shape[0]", "tape = P.shape[1] > 0",
+    adjoint = (["H = QF.shape[0]", "N = QF.shape[1]", "G = KBP.shape[0]", "tape = E.shape[1] > 0",
                 "for task in numba.prange(H * G):",
                 "    h = task // G", "    g = task - h * G", "    wh = c[h]"]
                + ["    for j in range(N):"] + [f"        KBP[g, h, {b_}, j] = 0.0" for b_ in range(d_k)]
@@ -351,7 +415,7 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
     # about 0.1 ms, as much as H N = 8192 token-heads of this loop
     out += kernel("features_serial(X, Qs, Ks, Vs, QF, KT, VT)", features, njit.replace("parallel=True", "parallel=False"))
     out += kernel("forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F, E)", forward, njit_pairs)
-    out += kernel("adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, P)", adjoint, njit_pairs)
+    out += kernel("adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, E)", adjoint, njit_pairs)
     out += kernel("finish(KBP, VBP, Qs, Ks, Vs, QBAR, lions, KBT, VBT, XB)", finish)
     # whole stacks of L layers in one call (residual x_{r+1} = x_r + F_r(x_r), p_r = p_{r+1} + xbar_r): the
     # same kernels in the same order as L host calls, without L times the Python and dispatch overhead
@@ -366,14 +430,14 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
                                                "LOGZ[r], F, E[r])"] + residual("states", "r + 1", "r", "F")])
     adjoint_stack = (["L = Qs.shape[0]", "N = p.shape[1]", "for r in range(L - 1, -1, -1):"]
                      + ["    " + s_ for s_ in ["adjoint(p[r + 1], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], "
-                                               "beta, causal, QBAR, KBP, VBP, P[r])",
+                                               "beta, causal, QBAR, KBP, VBP, E[r])",
                                                "finish(KBP, VBP, Qs[r], Ks[r], Vs[r], QBAR, lions, KBT, VBT, XB)"]
                         + residual("p", "r", "r + 1", "XB")])
     stack_jit = "@numba.njit(parallel=False, cache=True, fastmath=False)"
     out += kernel("forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOGZ, F, E)",
                   forward_stack, stack_jit)
     out += kernel("adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, "
-                  "KBT, VBT, XB, P)", adjoint_stack, stack_jit)
+                  "KBT, VBT, XB, E)", adjoint_stack, stack_jit)
     return typed_python_source("\n".join(out) + "\n", precision)
 
 

@@ -312,9 +312,6 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F, E):
                     F[i0, 0] += o_0
                     F[i0, 1] += o_1
                     if tape:
-                        inv = 1.0 / s0
-                        for j in range(stop0):
-                            row0[j] *= inv
                         for j in range(stop0, N):
                             row0[j] = 0.0
                     A_0 = acc1_0 / s1
@@ -329,9 +326,6 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F, E):
                     F[i1, 0] += o_0
                     F[i1, 1] += o_1
                     if tape:
-                        inv = 1.0 / s1
-                        for j in range(stop1):
-                            row1[j] *= inv
                         for j in range(stop1, N):
                             row1[j] = 0.0
                 else:
@@ -374,19 +368,16 @@ def forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F, E):
                     F[i0, 0] += o_0
                     F[i0, 1] += o_1
                     if tape:
-                        inv = 1.0 / s0
-                        for j in range(stop0):
-                            row0[j] *= inv
                         for j in range(stop0, N):
                             row0[j] = 0.0
 
 
 @numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
-def adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, P):
+def adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, E):
     H = QF.shape[0]
     N = QF.shape[1]
     G = KBP.shape[0]
-    tape = P.shape[1] > 0
+    tape = E.shape[1] > 0
     for task in numba.prange(H * G):
         h = task // G
         g = task - h * G
@@ -483,37 +474,50 @@ def adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, P):
                 qb_0 = 0.0
                 qb_1 = 0.0
                 if tape:
-                    PT = P[h, min(i0 + r * G, N - 1)]
+                    PT = E[h, min(i0 + r * G, N - 1)]
+                    es = 0.0
                     for j in range(stop):
                         p = PT[j]
                         PR[r, j] = p
-                        k_0 = KT[h, 0, j]
-                        k_1 = KT[h, 1, j]
+                        es += p
                         v_0 = VT[h, 0, j]
                         v_1 = VT[h, 1, j]
                         sbar = p*(-gA + g_0*v_0 + g_1*v_1)
+                        SR[r, j] = sbar
+                    for j in range(stop):
+                        sbar = SR[r, j]
+                        k_0 = KT[h, 0, j]
+                        k_1 = KT[h, 1, j]
                         _q70 = beta*sbar
                         dq_0 = _q70*k_0
                         dq_1 = _q70*k_1
                         qb_0 += dq_0
                         qb_1 += dq_1
-                        SR[r, j] = sbar
                     for j in range(stop, smax):
                         PR[r, j] = 0.0
+                    inv = 1.0 / es if stop > 0 else 0.0
+                    qb_0 *= inv
+                    qb_1 *= inv
+                    GR[r, 0] *= inv
+                    GR[r, 1] *= inv
+                    KC[r, 0] *= inv
+                    KC[r, 1] *= inv
                 else:
                     for j in range(stop):
                         p = PR[r, j]
-                        k_0 = KT[h, 0, j]
-                        k_1 = KT[h, 1, j]
                         v_0 = VT[h, 0, j]
                         v_1 = VT[h, 1, j]
                         sbar = p*(-gA + g_0*v_0 + g_1*v_1)
+                        SR[r, j] = sbar
+                    for j in range(stop):
+                        sbar = SR[r, j]
+                        k_0 = KT[h, 0, j]
+                        k_1 = KT[h, 1, j]
                         _q70 = beta*sbar
                         dq_0 = _q70*k_0
                         dq_1 = _q70*k_1
                         qb_0 += dq_0
                         qb_1 += dq_1
-                        SR[r, j] = sbar
                 for j in range(stop, smax):
                     SR[r, j] = 0.0
                 if stop > 0:
@@ -644,11 +648,11 @@ def forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOG
 
 
 @numba.njit(parallel=False, cache=True, fastmath=False)
-def adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, KBT, VBT, XB, P):
+def adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, KBT, VBT, XB, E):
     L = Qs.shape[0]
     N = p.shape[1]
     for r in range(L - 1, -1, -1):
-        adjoint(p[r + 1], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], beta, causal, QBAR, KBP, VBP, P[r])
+        adjoint(p[r + 1], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], beta, causal, QBAR, KBP, VBP, E[r])
         finish(KBP, VBP, Qs[r], Ks[r], Vs[r], QBAR, lions, KBT, VBT, XB)
         for i in range(N):
             p[r, i, 0] = p[r + 1, i, 0] + XB[i, 0]

@@ -262,8 +262,8 @@ class AttentionLayer:
         x_0 set is filled in place; Qs.. (L, H, ...), c (L, H); all C-contiguous in the layer's dtype.
         Returns the L layer caches, stacked (a ``LayerStack``), in arrays of the layer's
         ``ReusedArrays`` pool: handed out again only once nothing references them.  ``tape``: also keep
-        the softmax matrices P (L, H, N, N) for the adjoint, if they fit ``SOFTMAX_TAPE_BYTES`` (the states
-        are the same bit for bit either way)."""
+        the softmax tape E (L, H, N, N) (numerators; ``LayerStack``) for the adjoint, if it fits
+        ``SOFTMAX_TAPE_BYTES`` (the states are the same bit for bit either way)."""
         rt, m = self.runtime, self._module
         assert rt is not None and self.dev is None, "field_stack runs the numba host kernels"
         (L, H), N = Qs.shape[:2], states.shape[1]
@@ -273,12 +273,12 @@ class AttentionLayer:
         st = LayerStack(empty((L, H, N, self.d_k)), empty((L, H, self.d_k, Ns)), empty((L, H, self.d_v, Ns)),
                         empty((L, H, N, self.d_v)), empty((L, H, N)), empty((L, H, N, N)) if taped else None)
         rt.call(m, "forward_stack", N, states, Qs, Ks, Vs, Os, c, self.beta, self.causal, _tasks(N), st.QF, st.KT,
-                st.VT, st.A, st.LOGZ, rt.empty((N, self.d)), self._tape(st.P, (L, H)))
+                st.VT, st.A, st.LOGZ, rt.empty((N, self.d)), self._tape(st.E, (L, H)))
         return st
 
-    def _tape(self, P: np.ndarray | None, lead: tuple[int, ...]) -> np.ndarray:
-        """The kernels' tape argument: P, or the empty "no tape" array with leading axes ``lead``."""
-        return no_tape(lead, self.dtype) if P is None else P
+    def _tape(self, E: np.ndarray | None, lead: tuple[int, ...]) -> np.ndarray:
+        """The kernels' tape argument: E, or the empty "no tape" array with leading axes ``lead``."""
+        return no_tape(lead, self.dtype) if E is None else E
 
     def xbar_stack(self, p, Qs, Ks, Vs, Os, c, stack: Any, lions: bool = True) -> None:
         """p_r = p_{r+1} + xbar_r(p_{r+1}), r = L-1..0, in one call of the numba ``adjoint_stack`` (the
@@ -291,7 +291,7 @@ class AttentionLayer:
         rt.call(m, "adjoint_stack", N, p, Qs, Ks, Vs, Os, c, stack.QF, stack.KT, stack.VT, stack.A, stack.LOGZ,
                 self.beta, self.causal, bool(lions), rt.empty((H, N, self.d_k)), KBP, VBP,
                 rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d)),
-                self._tape(stack.P, Qs.shape[:2]))
+                self._tape(stack.E, Qs.shape[:2]))
 
     # ------------------------------------------------------------------ vjp
     def vjp(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, *, lions: bool = True, param_grads: bool = True):
@@ -348,7 +348,7 @@ class AttentionLayer:
         QBAR = rt.empty((H, N, self.d_k))
         KBP, VBP = _partials(_row_groups(H, N), H, self.d_k, self.d_v, self._stride(N), self.dtype)
         rt.call(m, "adjoint", N, PC, Os, c, cache.QF, cache.KF, cache.VF, cache.A, cache.LOGZ, self.beta,
-                self.causal, QBAR, KBP, VBP, self._tape(cache.P, (H,)))
+                self.causal, QBAR, KBP, VBP, self._tape(cache.E, (H,)))
         KBT, VBT, xbar = rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d))
         rt.call(m, "finish", N, KBP, VBP, Qs, Ks, Vs, QBAR, bool(lions), KBT, VBT, xbar)
         return QBAR, KBT.transpose(0, 2, 1), VBT.transpose(0, 2, 1), xbar  # KBAR, VBAR (H, N, d_k|d_v) views

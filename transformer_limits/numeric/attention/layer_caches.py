@@ -4,8 +4,11 @@
 run in one numba call (``AttentionLayer.field_stack``),
 ``DeviceCache`` a batch of B problems' caches on a GPU.  The numba kernels either recompute the softmax
 weights P_ij = exp(beta <q^i, k^j> - log Z^i) in the adjoint from the log-normalisers LOGZ, or read them
-from a *softmax tape* P the forward pass wrote (a stack run with ``tape=True``, while it fits
-``SOFTMAX_TAPE_BYTES``): one exp and one logit per pair fewer in the adjoint, N^2 H L floats more.
+from a *softmax tape* E the forward pass wrote (a stack run with ``tape=True``, while it fits
+``SOFTMAX_TAPE_BYTES``): one exp and one logit per pair fewer in the adjoint, N^2 H L floats more.  The
+tape holds the softmax numerators E_ij = exp(beta <q^i, k^j> - m_i) (m_i the row's largest logit; zero
+where a causal j > i), so P_ij = E_ij / sum_j E_ij: the forward skips a normalising pass over every row
+and the adjoint, which sums the row as it reads it, scales its per-row sums once instead.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ SOFTMAX_TAPE_BYTES = 2**30
 
 def no_tape(lead: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """The kernels' "no tape" argument: an empty (*lead, 0, 0) array of the layer's dtype (the kernels
-    test ``P.shape[1] > 0``; the dtype keeps one compiled specialisation per precision)."""
+    test ``E.shape[1] > 0``; the dtype keeps one compiled specialisation per precision)."""
     return np.empty(lead + (0, 0), dtype)
 
 
@@ -57,8 +60,9 @@ class LayerCache:
     """What the forward pass keeps for the VJP: head outputs A (H, N, d_v), features QF (H, N, d_k),
     KF, VF (H, N, d_k|d_v) (numpy/blas) or transposed (H, d_k|d_v, N) (GPU backends) or (H, d_k|d_v, N_s)
     (numba: columns j < N, the token stride N_s = ``token_stride``), and the softmax matrices
-    P (H, N, N) (numpy/blas; numba when its stack kept the tape; zero where a causal j > i) and/or
-    log-normalisers LOGZ (H, N) (generated kernels).  Host (NumPy) arrays on every backend."""
+    P (H, N, N) (numpy/blas; zero where a causal j > i) and/or log-normalisers LOGZ (H, N) (generated
+    kernels), and, where a numba stack kept it, the softmax tape E (H, N, N) (numerators: P = E / its row
+    sums).  Host (NumPy) arrays on every backend."""
 
     A: np.ndarray
     QF: np.ndarray
@@ -66,25 +70,27 @@ class LayerCache:
     VF: np.ndarray
     P: np.ndarray | None = None
     LOGZ: np.ndarray | None = None
+    E: np.ndarray | None = None
 
 
 @dataclass
 class LayerStack:
     """The caches of L layers run by ``AttentionLayer.field_stack``, stacked: QF (L, H, N, d_k), KT
     (L, H, d_k, N_s), VT (L, H, d_v, N_s) (token stride N_s = ``token_stride``), A (L, H, N, d_v), LOGZ
-    (L, H, N), and the softmax tape P (L, H, N, N) or None (recomputed in the adjoint)."""
+    (L, H, N), and the softmax tape E (L, H, N, N) (numerators E_ij = exp(logit_ij - m_i), zero where a
+    causal j > i; P = E / its row sums) or None (P recomputed in the adjoint)."""
 
     QF: np.ndarray
     KT: np.ndarray
     VT: np.ndarray
     A: np.ndarray
     LOGZ: np.ndarray
-    P: np.ndarray | None = None
+    E: np.ndarray | None = None
 
     def layer(self, r: int) -> LayerCache:
-        """Layer r's cache (views), as ``AttentionLayer.field`` returns it (with P when taped)."""
+        """Layer r's cache (views), as ``AttentionLayer.field`` returns it (with its tape E when taped)."""
         return LayerCache(A=self.A[r], QF=self.QF[r], KF=self.KT[r], VF=self.VT[r], LOGZ=self.LOGZ[r],
-                          P=None if self.P is None else self.P[r])
+                          E=None if self.E is None else self.E[r])
 
     def __getitem__(self, r: int) -> LayerCache:  # a sequence of the layer caches (ForwardPass.caches)
         if not -len(self) <= r < len(self):

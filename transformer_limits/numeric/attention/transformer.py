@@ -244,7 +244,7 @@ class AttentionTransformer:
     def forward(self, X0: Any, params: dict[str, Any], head_weights: Any = None, *,
                 tape: bool = False) -> ForwardPass:
         """States x_0..x_L, shape (L+1, N, d).  ``tape``: a :meth:`backward` will follow, so keep the
-        softmax matrices for it where that pays (numba layer stacks, up to ``SOFTMAX_TAPE_BYTES``; the
+        softmax tape for it where that pays (numba layer stacks, up to ``SOFTMAX_TAPE_BYTES``; the
         states are the same bit for bit, the adjoints to rounding)."""
         params, L, H = self.check_params(params)
         X = self._tokens(X0, "X0", 2)

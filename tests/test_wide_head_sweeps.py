@@ -1,0 +1,76 @@
+"""Wide heads (d_k, d_v > FWD_CHUNK) in the numba layer kernels.
+
+The forward's two-row block splits its logit and value sweeps into runs of FWD_CHUNK components (partial
+dots kept in the rows; docs/codegen.md), and the adjoint's pair-score sweep is followed by a separate
+sweep for qbar.  The rest of the suite runs small heads (d_k, d_v <= 4: one chunk), so these paths are
+checked here against the NumPy/BLAS layer, at d_k = 9 (three chunks: first, middle and last) and
+d_v = 6 (a short last chunk), causal and not, N odd (a row without a partner in some tasks), through
+single layers, untaped stacks and taped stacks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from transformer_limits.numeric.attention.layer import AttentionLayer
+from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
+from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params
+from transformer_limits.symbolic.attention_adjoint_kernels import (FWD_CHUNK, _Blocks, _dot_logit,
+                                                                   adjoint_kernel_source)
+
+D, DK, DV, H, L = 5, 9, 6, 3, 2
+
+
+def test_the_chunks_apply_exactly_where_the_heads_are_wider_than_a_chunk():
+    assert FWD_CHUNK == 4
+    assert _dot_logit(_Blocks(D, DK, DV)) and _dot_logit(_Blocks(3, 5, 2))
+    assert not _dot_logit(_Blocks(3, 4, 4)) and not _dot_logit(_Blocks(3, 2, 2))
+    wide = adjoint_kernel_source(D, DK, DV)[1]
+    # three logit sweeps for the row pairs: components 0-3 into the rows, 4-7 added, 8 added and scaled
+    assert "row0[j] = k_0*q_0_r0 + k_1*q_1_r0 + k_2*q_2_r0 + k_3*q_3_r0" in wide
+    assert "row0[j] = row0[j] + k_4*q_4_r0 + k_5*q_5_r0 + k_6*q_6_r0 + k_7*q_7_r0" in wide
+    assert "logit_r0 = beta*(row0[j] + k_8*q_8_r0)" in wide
+    assert "row0[j] = k_0" not in adjoint_kernel_source(3, 4, 4)[1]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_wide_layer_agrees_with_the_blas_layer(causal):
+    N = 37
+    rng = np.random.default_rng(11)
+    X, PC = rng.uniform(-1, 1, (N, D)), rng.normal(size=(N, D))
+    args = [0.6 * rng.normal(size=s) for s in ((H, DK, D), (H, DK, D), (H, DV, D), (H, D, DV))]
+    args.append(rng.uniform(0.5, 1.5, H))
+    fast = AttentionLayer(D, DK, DV, causal=causal, temperature=0.8, backend="numba")
+    ref = AttentionLayer(D, DK, DV, causal=causal, temperature=0.8, backend="blas")
+    F, cache = fast.field(X, *args)
+    F_ref, cache_ref = ref.field(X, *args)
+    np.testing.assert_allclose(F, F_ref, rtol=0, atol=1e-14 * np.max(np.abs(F_ref)))
+    np.testing.assert_allclose(cache.A, cache_ref.A, rtol=0, atol=1e-14)
+    for got, want in zip(fast.vjp(X, *args, cache, PC), ref.vjp(X, *args, cache_ref, PC)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_wide_stacks_taped_and_untaped_agree_with_the_reference(causal):
+    N = 29
+    model = AttentionTransformer(D, DK, DV, causal=causal, temperature=1.2, backend="numba")
+    ref = AttentionTransformer(D, DK, DV, causal=causal, temperature=1.2, backend="numpy")
+    params = init_params(L, H, D, DK, DV, seed=4, gain=1.5)
+    X0 = sample_tokens(N, D, seed=5)
+    loss = SquaredErrorLoss(target_map(X0, seed=6))
+    value, grads, fwd, adj = model.loss_and_grad(X0, params, loss)
+    assert fwd.run.caches.stacked.E is not None
+    plain = model.forward(X0, params)
+    assert np.array_equal(plain.states, fwd.states)
+    untaped = model.backward(plain, params, loss.grad(plain.states[-1]))
+    ref_value, ref_grads, ref_fwd, ref_adj = ref.loss_and_grad(X0, params, loss)
+    np.testing.assert_allclose(fwd.states, ref_fwd.states, rtol=0, atol=1e-14 * np.max(np.abs(ref_fwd.states)))
+    scale = np.max(np.abs(ref_adj.p))
+    assert np.max(np.abs(adj.p - ref_adj.p)) <= 1e-13 * scale
+    assert np.max(np.abs(untaped.p - ref_adj.p)) <= 1e-13 * scale
+    for k in "QKVO":
+        tol = 1e-13 * np.max(np.abs(ref_grads[k]))
+        np.testing.assert_allclose(grads[k], ref_grads[k], rtol=0, atol=tol)
+        np.testing.assert_allclose(untaped.grads[k], ref_grads[k], rtol=0, atol=tol)
+    assert value == pytest.approx(ref_value, rel=1e-13)
