@@ -169,13 +169,6 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
     def kernel(signature: str, body: list[str], deco: str = njit) -> list[str]:
         return ["", "", deco, f"def {signature}:", indent(body, 1)]
 
-    def by_row(body: list[str], setup: tuple[str, ...] = (), rows: int = 1) -> list[str]:
-        """Rows i = t, t + T, ... per task t < T (balanced when causal), scratch rows per task."""
-        return (["H = QF.shape[0]", "N = QF.shape[1]", *setup, "for t in numba.prange(T):"]
-                + [f"    row{'' if r == 0 else r + 1} = numpy.empty(N)" for r in range(rows)]
-                + ["    for i in range(t, N, T):",
-                 "        stop = i + 1 if causal else N"] + ["        " + s for s in body])
-
     # features per (head, block of FEAT_TOKENS tokens): one loop over the tokens per output component, each
     # vectorised over tokens i (loads from the transposed tokens XT, rows contiguous in i; one store
     # stream, so one runtime alias check); q goes through the task's scratch QT into QF (H, N, d_k).
@@ -203,11 +196,13 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
     def fwd_rows(R: int) -> list[str]:
         """A block of R = 1 or 2 rows i_r = i + r T of task t, one head (rows ``row{r}``: the tape's rows
         E[h, i_r], or the task's scratch rows): (1) the logits
-        of all R rows in one sweep over the keys (each key's features loaded once for the R rows: the
-        sweeps stream K and V from L2 at N = 1024, so loads shared by two rows halve that traffic) with
+        of all R rows in sweeps over the keys (each key's features loaded once for the R rows: the
+        sweeps stream K and V from L2 at N = 1024, so loads shared by two rows halve that traffic; two
+        rows in runs of FWD_CHUNK components, so that no sweep spills registers) with
         each row's maximum, an integer max over order keys (vectorised, where a float compare-and-select
         is not; the same maximum); (2) per row, e_j = exp(l_j - m) in place and its sum s (a lean loop: the
-        exp's constants stay in registers); (3) the R rows' value sums, one sweep over the values.
+        exp's constants stay in registers); (3) the R rows' value sums, sweeps over the values (two rows:
+        FWD_CHUNK components each).
         Causal rows see different numbers of keys (stop_r): the joint sweeps run to stop_0, row 1 alone
         to stop_1."""
         sfx = [f"_r{r}" for r in range(R)]
