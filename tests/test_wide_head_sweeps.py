@@ -17,6 +17,7 @@ from transformer_limits.numeric.attention.layer import AttentionLayer
 from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
 from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params
 from transformer_limits.symbolic.attention_adjoint_kernels import (FWD_CHUNK, _Blocks, _dot_logit,
+                                                                   _score_sweep_splits, _source_numba,
                                                                    adjoint_kernel_source)
 
 D, DK, DV, H, L = 5, 9, 6, 3, 2
@@ -74,3 +75,23 @@ def test_wide_stacks_taped_and_untaped_agree_with_the_reference(causal):
         np.testing.assert_allclose(grads[k], ref_grads[k], rtol=0, atol=tol)
         np.testing.assert_allclose(untaped.grads[k], ref_grads[k], rtol=0, atol=tol)
     assert value == pytest.approx(ref_value, rel=1e-13)
+
+
+def test_the_score_sweep_splits_only_where_the_pieces_allow():
+    """The adjoint's pair scores and q-bar sums run as two sweeps only if the derived pair score reads no
+    key features and the q-bar increments no p, values or g (else the second sweep would read values the
+    first one computed); a pair score that read a key keeps the single sweep."""
+    b = _Blocks(3, 2, 2)
+    assert _score_sweep_splits(b)
+    src = _source_numba(b)
+    assert "sbar = SR[r, j]" in src
+
+    class KeyedScore(_Blocks):
+        def lines(self, group, printer="scalar", declare=""):
+            out = super().lines(group, printer, declare)
+            return [out[0] + " + 0*k_0"] + out[1:] if group == "pair_score" else out
+
+    keyed = KeyedScore(3, 2, 2)
+    assert not _score_sweep_splits(keyed)
+    joint = _source_numba(keyed)
+    assert "sbar = SR[r, j]" not in joint and "SR[r, j] = sbar" in joint

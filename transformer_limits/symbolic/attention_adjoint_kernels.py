@@ -155,6 +155,13 @@ def _dot_logit(b: _Blocks) -> bool:
     return sp.expand(b.logit - syms["beta"] * dot) == 0
 
 
+def _score_sweep_splits(b: _Blocks) -> bool:
+    """Whether the adjoint's pair-score sweep may run as two (scores, then the qbar sums from them): the
+    derived pair score must not read key features and the qbar increments neither p, values nor g."""
+    score, inc = " ".join(b.lines("pair_score")), " ".join(b.lines("query_inc"))
+    return not re.search(r"\bk_\d+\b", score) and not re.search(r"\b(p|gA|v_\d+|g_\d+)\b", inc)
+
+
 def _source_numba(b: _Blocks, precision: str = "float64") -> str:
     """The numba kernels in ``precision`` (float32: the float32 ``fast_exp`` and the typed-literal pass of
     :func:`~transformer_limits.symbolic.codegen.typed_python_source`, so scratch rows, partial sums and
@@ -321,13 +328,16 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
     # are scaled by 1 / s_i once per row instead of once per pair
     # as two sweeps, the pair scores into SR, then the j-sums qbar^i from SR: one sweep holding the d_v g
     # broadcasts and the d_k qbar accumulators at once spills them on AVX2 (the adjoint 12 % slower)
+    # (where the derived pieces allow it, :func:`_score_sweep_splits`; else the one sweep)
     def score_sweep(p_from: list[str]) -> list[str]:
+        qbar = b.lines("query_inc") + [f"qb_{b_} += dq_{b_}" for b_ in range(d_k)]
+        keys, values = _rows("k", d_k, "KT", "h", "j"), _rows("v", d_v, "VT", "h", "j")
+        if not _score_sweep_splits(b):
+            return ["for j in range(stop):"] + ["    " + y for y in p_from + keys + values + b.lines("pair_score")
+                                                + qbar + ["SR[r, j] = sbar"]]
         return (["for j in range(stop):"]
-                + ["    " + y for y in p_from + _rows("v", d_v, "VT", "h", "j") + b.lines("pair_score")
-                   + ["SR[r, j] = sbar"]]
-                + ["for j in range(stop):"]
-                + ["    " + y for y in ["sbar = SR[r, j]"] + _rows("k", d_k, "KT", "h", "j") + b.lines("query_inc")
-                   + [f"qb_{b_} += dq_{b_}" for b_ in range(d_k)]])
+                + ["    " + y for y in p_from + values + b.lines("pair_score") + ["SR[r, j] = sbar"]]
+                + ["for j in range(stop):"] + ["    " + y for y in ["sbar = SR[r, j]"] + keys + qbar])
 
     block_sweeps = (
         ["if not tape:"] + ["    " + x for x in recompute]
