@@ -53,6 +53,45 @@ def test_a_wide_layer_agrees_with_the_blas_layer(causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
+def test_every_task_split_of_the_wide_kernels_agrees_with_the_blas_layer(causal):
+    """The layer picks T row tasks and G row groups from the thread count (a machine with 37 or more
+    threads would give every task of an N = 37 layer a single row, no pairs), so the kernels are called
+    here with fixed splits: T = 1 (every row in a pair), 2, 5 (pairs and rows without a partner), 37 (no
+    pairs); G = 1, 2, 3 (adjoint row blocks with and without absent rows); taped and untaped."""
+    N = 37
+    rng = np.random.default_rng(12)
+    X, PC = rng.uniform(-1, 1, (N, D)), rng.normal(size=(N, D))
+    Qs, Ks, Vs, Os = (0.6 * rng.normal(size=s) for s in ((H, DK, D), (H, DK, D), (H, DV, D), (H, D, DV)))
+    c = rng.uniform(0.5, 1.5, H)
+    fast = AttentionLayer(D, DK, DV, causal=causal, temperature=0.8, backend="numba")
+    ref = AttentionLayer(D, DK, DV, causal=causal, temperature=0.8, backend="blas")
+    F_ref, cache_ref = ref.field(X, Qs, Ks, Vs, Os, c)
+    bars = ref._bars_blas(Os, c, cache_ref, PC)  # QBAR, KBAR, VBAR (H, N, d_k|d_v)
+    xbar_ref = ref.vjp(X, Qs, Ks, Vs, Os, c, cache_ref, PC)[0]
+    m, Ns = fast._module, fast._stride(N)
+    QF, KT, VT = np.empty((H, N, DK)), np.empty((H, DK, Ns)), np.empty((H, DV, Ns))
+    m.features(X, Qs, Ks, Vs, QF, KT, VT)
+    for T in (1, 2, 5, 37):
+        for E in (np.empty((H, 0, 0)), np.full((H, N, N), np.nan)):
+            A, LOGZ, F = np.empty((H, N, DV)), np.empty((H, N)), np.empty((N, D))
+            m.forward(QF, KT, VT, Os, c, fast.beta, causal, T, A, LOGZ, F, E)
+            np.testing.assert_allclose(F, F_ref, rtol=0, atol=1e-14 * np.max(np.abs(F_ref)), err_msg=f"T={T}")
+            np.testing.assert_allclose(A, cache_ref.A, rtol=0, atol=1e-14, err_msg=f"T={T}")
+            if E.shape[1]:
+                # a few ulp of |logit| (BLAS and the kernel sum the d_k products in other orders)
+                np.testing.assert_allclose(E / E.sum(axis=2, keepdims=True), cache_ref.P, rtol=0, atol=4e-15)
+            for G in (1, 2, 3):
+                QBAR = np.empty((H, N, DK))
+                KBP, VBP = np.full((G, H, DK, Ns), np.nan), np.full((G, H, DV, Ns), np.nan)
+                m.adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, fast.beta, causal, QBAR, KBP, VBP, E)
+                KBT, VBT, xbar = np.empty((H, DK, N)), np.empty((H, DV, N)), np.empty((N, D))
+                m.finish(KBP, VBP, Qs, Ks, Vs, QBAR, True, KBT, VBT, xbar)
+                for got, want in zip((QBAR, KBT.transpose(0, 2, 1), VBT.transpose(0, 2, 1), xbar), (*bars, xbar_ref)):
+                    np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * np.max(np.abs(want)),
+                                               err_msg=f"T={T} G={G} taped={bool(E.shape[1])}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
 def test_wide_stacks_taped_and_untaped_agree_with_the_reference(causal):
     N = 29
     model = AttentionTransformer(D, DK, DV, causal=causal, temperature=1.2, backend="numba")
