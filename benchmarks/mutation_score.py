@@ -105,6 +105,7 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
     ("check_spec", "transformer_limits/verify/check_spec.py",
      ("tests/test_check_spec_decide.py", "tests/test_experiment_declarations.py?")),
     ("z_family", "transformer_limits/verify/stats/z_family.py", ("tests/test_stats_z_family.py",)),
+    ("distributions", "transformer_limits/verify/stats/distributions.py", ("tests/test_stats_distributions.py",)),
     ("sign_family", "transformer_limits/verify/stats/sign_family.py", ("tests/test_stats_sign_family.py",)),
     ("layers", "transformer_limits/layers.py", ("tests/test_layers.py",)),
     ("rate_claims", "transformer_limits/verify/rate/claims.py",

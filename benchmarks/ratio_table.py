@@ -42,7 +42,7 @@ WORK = 2 ** 27
 
 def shape_for(N: int) -> tuple[int, int]:
     """(L, H) with L·H·N² ≈ :data:`WORK` where it can (H ≤ 32, L ≤ 64: N = 256 gets L = 64, H = 32;
-    N = 1024 L = 16, H = 8; N = 4096 L = 1, H = 8)."""
+    N = 1024 L = 4, H = 32; N = 4096 L = 1, H = 8)."""
     lh = max(1, WORK // (N * N))
     H = min(32, lh)
     return max(1, min(64, lh // H)), H

@@ -110,6 +110,14 @@ def pytest_configure(config):
 
     prefer_wide_vectors()
     workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        # W workers on C cores: each worker's BLAS gets C // W threads, as a sweep's workers do
+        # (verify/sweeps/executors.py): an OpenBLAS pool of every core in each worker spin-waits against
+        # the other workers' after each call.  Numba keeps its threads, so the parallel kernels (not their
+        # serial twins) are what the tests run.
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=max(1, _cpus() // int(workerinput.get("workercount", 1))), user_api="blas")
     if workerinput is not None and workerinput.get("tl_dist") == "loadgroup":
         config.option.loadgroup = True  # read by xdist's worker when it names the groups of the items
         if hasattr(config.option, "benchmark_disable"):

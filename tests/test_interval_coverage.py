@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from transformer_limits.verify.stats import power_law, width_scaling
+from transformer_limits.verify.stats import distributions, power_law, width_scaling
 from transformer_limits.verify.stats.multi_term import fit_rate_claim
 from transformer_limits.verify.stats.power_law import fit_power_law
 from transformer_limits.verify.stats.seed_bootstrap import lognormal_seed_noise
@@ -39,7 +39,8 @@ N_BOOT_DEFAULT, N_BOOT_SLOW = 1000, 5000
 
 P5 = np.array([2.0, 4.0, 8.0, 16.0, 32.0])  # 5 levels: the OLS line has 3 residual degrees of freedom
 Q_TRUE, C_TRUE, SIGMA = -0.75, 2.0, 0.3
-_T = stats.t  # the real t distribution (the mutants below wrap it)
+_T = stats.t  # the real t distribution
+_T_PPF, _NORMAL_PPF = distributions.t_ppf, distributions.normal_ppf  # the mutants below wrap them
 
 
 def acceptance_band(n: int, nominal: float = NOMINAL, rate: float = FALSE_FAILURE) -> tuple[float, float]:
@@ -98,23 +99,21 @@ def test_rate_fit_t_interval_coverage_exponent_and_constant(t_fits):
 
 
 class _WrongT:
-    """scipy.stats.t with a wrong degree of freedom (``shift``) or a normal quantile (``normal``)."""
+    """The t quantile the intervals use (verify/stats/distributions.t_ppf) with a wrong degree of freedom
+    (``shift``) or the normal quantile in its place (``normal``)."""
 
     def __init__(self, shift: int = 1, normal: bool = False) -> None:
         self.shift, self.normal = shift, normal
 
-    def ppf(self, q, df):
-        return stats.norm.ppf(q) if self.normal else _T.ppf(q, np.asarray(df) + self.shift)
-
-    def __getattr__(self, name):
-        return getattr(_T, name)
+    def __call__(self, q, df):
+        return _NORMAL_PPF(q) if self.normal else _T_PPF(q, np.asarray(df) + self.shift)
 
 
 @pytest.mark.parametrize("mutant", [_WrongT(shift=1), _WrongT(normal=True)], ids=["dof n-1", "normal quantile"])
 def test_rate_fit_coverage_test_detects_a_wrong_dof(t_fits, monkeypatch, mutant):
     """Power: the production interval with n − 1 instead of n − 2 degrees of freedom (coverage ≈ 93.1 %
     at 3 dof) or with the normal quantile (≈ 85.5 %) fails the same coverage assertion."""
-    monkeypatch.setattr(stats, "t", mutant)
+    monkeypatch.setattr(distributions, "t_ppf", mutant)
     with pytest.raises(AssertionError, match="coverage"):
         assert_coverage(_exponent_hits(t_fits))
 
@@ -139,7 +138,7 @@ def test_rate_fit_one_sided_bounds_side_and_coverage(t_fits, monkeypatch):
     assert (split[:200] == _exponent_hits(t_fits[:200], confidence=0.975, side="lower")).all()
     with pytest.raises(AssertionError, match="coverage"):
         assert_coverage(split)
-    monkeypatch.setattr(stats, "t", _WrongT(normal=True))
+    monkeypatch.setattr(distributions, "t_ppf", _WrongT(normal=True))
     with pytest.raises(AssertionError, match="coverage"):
         assert_coverage(_exponent_hits(t_fits, side="lower"))
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
+from transformer_limits.verify.stats.distributions import normal_cdf, normal_ppf, t_sf
 from transformer_limits.verify.stats.intervals import Side, t_interval
 
 __all__ = ["CI_METHODS", "SIDES", "Estimate", "bca_constants", "one_sided_p_value"]
@@ -135,7 +135,7 @@ def bca_constants(boot: np.ndarray, theta: float, jack: np.ndarray) -> tuple[flo
     u = np.mean(jack) - jack
     denom = np.sum(u**2)
     a = 0.0 if denom <= 0 else float(np.sum(u**3) / (6.0 * denom**1.5))
-    return float(stats.norm.ppf(below)), a
+    return float(normal_ppf(below)), a
 
 
 def _bca_levels(boot: np.ndarray, theta: float, jack: np.ndarray, levels: np.ndarray) -> np.ndarray:
@@ -145,8 +145,8 @@ def _bca_levels(boot: np.ndarray, theta: float, jack: np.ndarray, levels: np.nda
     if constants is None:
         return levels
     z0, a = constants
-    z = stats.norm.ppf(levels)
-    return stats.norm.cdf(z0 + (z0 + z) / (1.0 - a * (z0 + z)))
+    z = normal_ppf(levels)
+    return normal_cdf(z0 + (z0 + z) / (1.0 - a * (z0 + z)))
 
 
 
@@ -168,7 +168,7 @@ def one_sided_p_value(estimate: Any, null_value: float, method: str) -> float:
             return float("nan")
         center = math.log(estimate.value) if estimate.log_scale else estimate.value
         null = math.log(null_value) if estimate.log_scale else null_value
-        return float(stats.t.sf((center - null) / estimate.se, estimate.dof))
+        return float(t_sf((center - null) / estimate.se, estimate.dof))
     boot = estimate.bootstrap
     if boot is None:
         return float("nan")
@@ -181,5 +181,5 @@ def one_sided_p_value(estimate: Any, null_value: float, method: str) -> float:
     # BCa: the lower bound at level p is the bootstrap quantile at Φ(z0 + (z0 + z_p)/(1 − a(z0 + z_p)));
     # it equals the null where that level is F*(null), so invert the map for z_p.
     z0, a = constants
-    w = float(stats.norm.ppf(fraction)) - z0
-    return float(stats.norm.cdf(w / (1.0 + a * w) - z0))
+    w = float(normal_ppf(fraction)) - z0
+    return float(normal_cdf(w / (1.0 + a * w) - z0))

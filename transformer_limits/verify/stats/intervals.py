@@ -24,13 +24,13 @@ Side = Literal["two-sided", "lower", "upper"]
 
 def t_quantile(p: float, dof: float) -> float:
     """The p-quantile of Student's t with ``dof`` degrees of freedom (dof = ∞: the normal)."""
-    from scipy import stats
+    from transformer_limits.verify.stats.distributions import normal_ppf, t_ppf  # scipy at first use
 
     if not 0.0 < p < 1.0:
         raise ValueError(f"p must be in (0, 1), got {p}")
     if not dof > 0:
         raise ValueError(f"dof must be positive, got {dof}")
-    return float(stats.norm.ppf(p) if math.isinf(dof) else stats.t.ppf(p, dof))
+    return float(normal_ppf(p) if math.isinf(dof) else t_ppf(p, dof))
 
 
 def t_interval(estimate: float, se: float, dof: float, *, level: float,

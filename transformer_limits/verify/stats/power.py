@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-from scipy import stats
+from transformer_limits.verify.stats.distributions import normal_cdf, normal_ppf, normal_sf
 
 __all__ = ["POWER_THRESHOLD", "bound_power", "deterministic_power", "family_power", "seeds_factor",
            "two_sided_power", "z_test_power"]
@@ -65,7 +65,7 @@ def bound_power(distance: float, half_width: float, se: float) -> float:
         raise ValueError(f"se must be a finite number >= 0, got {se!r}")
     if se == 0:
         return 1.0 if distance > half_width else 0.0
-    return float(stats.norm.cdf((distance - half_width) / se))
+    return float(normal_cdf((distance - half_width) / se))
 
 
 def two_sided_power(alternative_offset: float, tolerance: float, half_widths: tuple[float, float],
@@ -87,7 +87,7 @@ def z_test_power(shift: float, se: float, z_critical: float) -> float:
     if se <= 0:
         raise ValueError(f"se must be > 0, got {se!r}")
     mu = shift / se
-    return float(stats.norm.sf(z_critical - mu) + stats.norm.cdf(-z_critical - mu))
+    return float(normal_sf(z_critical - mu) + normal_cdf(-z_critical - mu))
 
 
 def family_power(member_powers: Iterable[float]) -> float:
@@ -114,5 +114,5 @@ def seeds_factor(distance: float, half_width: float, se: float, target: float = 
         return math.inf
     if se == 0:  # an exact estimate: decided already, or never
         return 1.0 if distance > half_width else math.inf
-    needed = distance / (half_width / se + float(stats.norm.ppf(target)))
+    needed = distance / (half_width / se + float(normal_ppf(target)))
     return (se / needed) ** 2

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
 
+from transformer_limits.verify.stats.distributions import normal_isf, normal_sf
 from transformer_limits.verify.stats.power import family_power, z_test_power
 from transformer_limits.verify.verdicts import Check, attach_power
 
@@ -43,8 +43,8 @@ def z_test_family(name: str, claim: str, estimates: Sequence[float], standard_er
         raise ValueError(f"labels must name the {est.size} settings, got {len(labels)}")
     n = est.size
     z = (est - pred) / se
-    z_crit = float(stats.norm.isf(alpha / (2 * n)))
-    p = 2 * stats.norm.sf(np.abs(z))
+    z_crit = float(normal_isf(alpha / (2 * n)))
+    p = 2 * normal_sf(np.abs(z))
     worst = int(np.argmax(np.abs(z)))
     passed = bool(np.abs(z).max() <= z_crit)
     label = labels[worst] if labels is not None else f"setting {worst}"
