@@ -115,6 +115,7 @@ def pytest_configure(config):
         # (verify/sweeps/executors.py): an OpenBLAS pool of every core in each worker spin-waits against
         # the other workers' after each call.  Numba keeps its threads, so the parallel kernels (not their
         # serial twins) are what the tests run.
+        import scipy.linalg  # noqa: F401  (SciPy brings its own OpenBLAS: loaded now, so the limit reaches it)
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(limits=max(1, _cpus() // int(workerinput.get("workercount", 1))), user_api="blas")

@@ -81,7 +81,8 @@ def test_seeded_and_deterministic(quick, monkeypatch):
     for expansion in (e for e in ALL if e not in CHEAP):
         zero, one = (lt.evaluate_expansion(expansion, case, seed)[0] for seed in (0, 1))
         row = next(r for r in _rows(quick, expansion.name) if r["case"] == case[0].label())
-        assert row["rates"] == [round(float(q), 4) for q in zero.rates] and row["min_rate"] == zero.min_rate
+        np.testing.assert_array_equal(row["rates"], [round(float(q), 4) for q in zero.rates])  # NaN-safe
+        np.testing.assert_array_equal(row["min_rate"], zero.min_rate)
         assert not np.array_equal(zero.remainders, one.remainders), expansion.name
 
 

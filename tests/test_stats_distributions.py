@@ -15,11 +15,18 @@ Q = np.concatenate([np.linspace(0, 1, 1001), [1e-300, 1e-17, 1e-9, 1 - 1e-9, 1 -
 DOFS = [0.5, 1, 2, 3.7, 10, 29, 120, 1e6]
 
 
+def _same_signs(ours, theirs):
+    """±0 as well (assert_array_equal takes −0.0 == 0.0); a NaN's sign bit means nothing."""
+    number = ~np.isnan(theirs)
+    np.testing.assert_array_equal(np.signbit(ours[number]), np.signbit(theirs[number]))
+
+
 @pytest.mark.parametrize("ours, theirs, grid", [
     (dist.normal_cdf, stats.norm.cdf, X), (dist.normal_sf, stats.norm.sf, X),
     (dist.normal_ppf, stats.norm.ppf, Q), (dist.normal_isf, stats.norm.isf, Q)])
 def test_normal_functions_are_scipy_stats_to_the_bit(ours, theirs, grid):
     np.testing.assert_array_equal(ours(grid), theirs(grid))
+    _same_signs(ours(grid), theirs(grid))
     for v in grid[::37]:  # scalars too: the callers pass floats
         np.testing.assert_array_equal(ours(float(v)), theirs(float(v)))
 
@@ -28,6 +35,8 @@ def test_normal_functions_are_scipy_stats_to_the_bit(ours, theirs, grid):
 def test_t_functions_are_scipy_stats_to_the_bit(dof):
     np.testing.assert_array_equal(dist.t_sf(X, dof), stats.t.sf(X, dof))
     np.testing.assert_array_equal(dist.t_ppf(Q, dof), stats.t.ppf(Q, dof))
+    _same_signs(dist.t_sf(X, dof), stats.t.sf(X, dof))
+    _same_signs(dist.t_ppf(Q, dof), stats.t.ppf(Q, dof))
     np.testing.assert_array_equal(dist.t_ppf(0.975, dof), stats.t.ppf(0.975, dof))
 
 

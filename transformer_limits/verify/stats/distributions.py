@@ -8,7 +8,8 @@ bit (tests/test_stats_distributions.py), without the argument checking and broad
 ``scipy.stats`` 100–300 µs a call.  A coverage test evaluates a t interval hundreds of thousands of
 times; a report, thousands.
 
-Arguments are floats or arrays (the result has their broadcast shape; a 0-d result is a NumPy float).
+Arguments are float64 floats or arrays (the result has their broadcast shape; a 0-d result is a NumPy
+float; a float32 array stays float32, where scipy.stats would compute in float64).
 Outside the domain (q ∉ [0, 1], ν ≤ 0) the result is NaN, as in ``scipy.stats``; the callers validate
 their arguments before they get here.
 """
@@ -37,8 +38,8 @@ def normal_ppf(q):
 
 
 def normal_isf(q):
-    """Φ⁻¹(1 − q) = −Φ⁻¹(q): the upper-q critical value of N(0, 1)."""
-    return -special.ndtri(q)
+    """Φ⁻¹(1 − q) = −Φ⁻¹(q): the upper-q critical value of N(0, 1) (+0.0 at q = 1/2, as scipy.stats gives)."""
+    return 0.0 - special.ndtri(q)
 
 
 def t_sf(x, dof):
