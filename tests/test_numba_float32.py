@@ -188,11 +188,13 @@ def _launch_every_float32_kernel() -> dict:
     rt.call(m, "forward", N, QF, KT, VT, Os, c, 1.0, False, T, A, LZ, F, tape)  # beta a Python float: cast by rt
     KBP, VBP, QBAR = np.empty((T, H, dk, N), f32), np.empty((T, H, dv, N), f32), np.empty((H, N, dk), f32)
     rt.call(m, "adjoint", N, _rand(rng, N, d), Os, c, QF, KT, VT, A, LZ, 1.0, True, QBAR, KBP, VBP, tape)
-    rt.call(m, "finish", N, KBP, VBP, Qs, Ks, Vs, QBAR, True, np.empty((H, dk, N), f32), np.empty((H, dv, N), f32),
-            np.empty((N, d), f32))
+    KBT, VBT = np.empty((H, dk, N), f32), np.empty((H, dv, N), f32)
+    rt.call(m, "finish", N, KBP, VBP, Qs, Ks, Vs, QBAR, True, KBT, VBT, np.empty((N, d), f32))
+    rt.call(m, "param_grads", N, X, _rand(rng, N, d), c, A, QBAR, KBT, VBT, np.empty((H, dk, d), f32),
+            np.empty((H, dk, d), f32), np.empty((H, dv, d), f32), np.empty((H, d, dv), f32))
     rt.call(m, "features_serial", H * N, X, Qs, Ks, Vs, QF, KT, VT)
     checked.update({f"adjoint.{k}": getattr(m, k) for k in ("features", "features_serial", "forward", "adjoint",
-                                                            "finish")})
+                                                            "finish", "param_grads")})
     for act in ("relu", "gelu"):
         m = MLP_FIELD.load(NUMBA, precision="float32", activation=act)
         Phi = np.empty((N, 5), f32)

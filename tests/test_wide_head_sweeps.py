@@ -16,7 +16,8 @@ import pytest
 from transformer_limits.numeric.attention.layer import AttentionLayer
 from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map
 from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params
-from transformer_limits.symbolic.attention_adjoint_kernels import (FWD_CHUNK, _Blocks, _dot_logit,
+from transformer_limits.symbolic.attention_adjoint_kernels import (ADJ_ROWS, ADJ_UPDATE_COMPONENTS, FWD_CHUNK, _Blocks,
+                                                                   _dot_logit,
                                                                    _score_sweep_splits, _source_numba,
                                                                    adjoint_kernel_source)
 
@@ -134,3 +135,20 @@ def test_the_score_sweep_splits_only_where_the_pieces_allow():
     assert not _score_sweep_splits(keyed)
     joint = _source_numba(keyed)
     assert "sbar = SR[r, j]" not in joint and "SR[r, j] = sbar" in joint
+
+
+def test_the_partial_updates_add_every_component_once_in_runs():
+    """The adjoint's key/value partial updates (kbar^j += sum_r sbar_rj kc^r, vbar^j += sum_r P_rj g^r, over
+    the block's ADJ_ROWS rows) run over ADJ_UPDATE_COMPONENTS components per sweep: every component of
+    d_k = 9 and d_v = 6 is updated exactly once, each with all ADJ_ROWS rows' terms, and the sweeps hold
+    the runs 0-2, 3-5, 6-8 (keys) and 0-2, 3-5 (values)."""
+    assert ADJ_UPDATE_COMPONENTS == 3
+    src = adjoint_kernel_source(D, DK, DV)[1]
+    adj = src[src.index("def adjoint("):src.index("def finish(")]
+    sweeps = adj.split("for j in range(smax):")[1:]
+    for arr, n in (("KBP", DK), ("VBP", DV)):
+        updates = [[e for e in range(n) if f"{arr}[g, h, {e}, j] +=" in sw] for sw in sweeps]
+        assert [u for u in updates if u] == [list(range(a, min(n, a + 3))) for a in range(0, n, 3)]
+    lines = [x.strip() for x in adj.splitlines() if "BP[g, h, " in x and "+=" in x]
+    assert len(lines) == DK + DV
+    assert all(x.count(" + ") == ADJ_ROWS - 1 for x in lines)  # ADJ_ROWS terms each

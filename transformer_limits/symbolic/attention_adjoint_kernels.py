@@ -41,7 +41,8 @@ groups per head, chosen by the caller):
                    coefficients g^i, kc^i are then scaled by 1 / s_i once); per
                    row the pair scores sbar_ij into the scratch SR, then (a second sweep, reading SR)
                    qbar^i = sum_j sbar_ij d logit/d q; then
-                   one contiguous-j sweep per component adds the block's kbar^j += sbar_ij kc^i and
+                   contiguous-j sweeps, each over a run of ADJ_UPDATE_COMPONENTS components (the block's
+                   pair terms loaded once per run), add the block's kbar^j += sbar_ij kc^i and
                    vbar^j += P_ij g^i to the task's partials KBP[g, h], VBP[g, h] (G, H, d_k|d_v, N),
                    zeroed by the task on entry (the caller may reuse the arrays); G = 1 leaves nothing to
                    sum
@@ -69,6 +70,7 @@ import sympy as sp
 from transformer_limits.numeric.flavours import PYTHON_NUMBA, flavour_named
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.symbolic.attention_adjoint_cuda import cuda_source
+from transformer_limits.symbolic.attention_param_grads import param_grads_body, runs as _runs
 from transformer_limits.symbolic.codegen import (CodeBlock, code_block, indent, order_key_lines, source_key,
                                                  typed_python_source, unkeyed_name)
 from transformer_limits.symbolic.fast_exp import fast_exp_lines
@@ -78,6 +80,11 @@ __all__ = ["adjoint_kernel_source", "adjoint_kernel_sources"]
 
 ADJOINT_FLAVOURS = LAYER_ADJOINT.flavours  # flavour name -> Flavour record (kernel family LAYER_ADJOINT)
 ADJ_ROWS = 4  # query rows per block of the adjoint's key/value partial updates
+# components per sweep of the adjoint's key/value partial updates: each sweep loads the block's ADJ_ROWS
+# pair terms once for all of them (one component per sweep: ADJ_ROWS + 1 loads and a store per ADJ_ROWS
+# FMAs, bound by loads on Zen 1, whose 256-bit loads take both load ports); three keep the coefficients, the
+# pair terms and the accumulators within the 16 AVX2 registers
+ADJ_UPDATE_COMPONENTS = 3
 FIN_KEYS = 512  # keys per task of the adjoint's finish (partial sums and Lions term)
 FEAT_TOKENS = 256  # tokens per task of the feature maps
 # components per joint sweep of the forward's two-row block: the logit (and value) sweeps of two rows over
@@ -140,7 +147,7 @@ def _cols(arr: str, h: str, i: str, sym: str, n: int) -> list[str]:
 
 def _chunks(n: int) -> list[range]:
     """Components 0..n-1 in runs of FWD_CHUNK."""
-    return [range(a, min(n, a + FWD_CHUNK)) for a in range(0, n, FWD_CHUNK)]
+    return _runs(n, FWD_CHUNK)
 
 
 def _dot_logit(b: _Blocks) -> bool:
@@ -353,18 +360,27 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
            + ["for j in range(stop, smax):", "    SR[r, j] = 0.0"]
            + ["if stop > 0:"] + ["    " + f"QBAR[h, i0 + r * G, {b_}] = qb_{b_}" for b_ in range(d_k)]])
     def partial_updates(n: int, coef: str, coefs: str, pair: str, pairs: str, group: str, out: str, arr: str):
-        """Per component e < n: arr[g, h, e, j] += the block's R terms ``out_e`` (SymPy lines of ``group``)."""
-        return [s_ for e in range(n) for s_ in
-                [f"{coef}_{e}_r{r} = {coefs}[{r}, {e}]" for r in range(R)] + ["for j in range(smax):"]
-                + ["    " + s_ for r in range(R)
-                   for s_ in [f"{pair}_r{r} = {pairs}[{r}, j]"] + renamed(_needed(b.lines(group), f"{out}_{e}"), r)]
-                + [f"    {arr}[g, h, {e}, j] += " + " + ".join(f"{out}_{e}_r{r}" for r in range(R))]]
+        """Per run of components e < n (:data:`ADJ_UPDATE_COMPONENTS` at a time): one sweep over j that loads
+        the block's R pair terms ``pairs[r, j]`` once and adds, per component of the run, its R terms
+        ``out_e`` (SymPy lines of ``group``) to arr[g, h, e, j]."""
+        lines: list[str] = []
+        for run in _runs(n, ADJ_UPDATE_COMPONENTS):
+            lines += [f"{coef}_{e}_r{r} = {coefs}[{r}, {e}]" for e in run for r in range(R)] + ["for j in range(smax):"]
+            lines += [f"    {pair}_r{r} = {pairs}[{r}, j]" for r in range(R)]
+            for e in run:
+                terms = [s_ for r in range(R) for s_ in renamed(_needed(b.lines(group), f"{out}_{e}"), r)]
+                lines += ["    " + s_ for s_ in terms if not s_.startswith(f"{pair}_r")]
+                lines += [f"    {arr}[g, h, {e}, j] += " + " + ".join(f"{out}_{e}_r{r}" for r in range(R))]
+        return lines
 
     # keys: dk_e = sbar kc_e (key_inc, with kc_e = d logit / d k_e the row's coefficient, computed once per
-    # row instead of once per pair and component); values: dv_c (value_inc) = g_c P_ij
-    key_updates = [s_ for e in range(d_k) for s_ in
-                   [f"kc_{e}_r{r} = KC[{r}, {e}]" for r in range(R)] + ["for j in range(smax):"]
-                   + [f"    KBP[g, h, {e}, j] += " + " + ".join(f"SR[{r}, j] * kc_{e}_r{r}" for r in range(R))]]
+    # row instead of once per pair and component); values: dv_c (value_inc) = g_c P_ij.  A run of components
+    # per sweep: each pair term loaded once for the run (the sweeps are bound by loads: R + 1 loads and a
+    # store per R FMAs with one component per sweep)
+    key_updates = [s_ for run in _runs(d_k, ADJ_UPDATE_COMPONENTS) for s_ in
+                   [f"kc_{e}_r{r} = KC[{r}, {e}]" for e in run for r in range(R)] + ["for j in range(smax):"]
+                   + [f"    s_r{r} = SR[{r}, j]" for r in range(R)]
+                   + [f"    KBP[g, h, {e}, j] += " + " + ".join(f"s_r{r} * kc_{e}_r{r}" for r in range(R)) for e in run]]
     key_updates += partial_updates(d_v, "g", "GR", "p", "PR", "value_inc", "dv", "VBP")
     adjoint = (["H = QF.shape[0]", "N = QF.shape[1]", "G = KBP.shape[0]", "tape = E.shape[1] > 0",
                 "for task in numba.prange(H * G):",
@@ -422,6 +438,8 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
     out += kernel("forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F, E)", forward, njit_pairs)
     out += kernel("adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, E)", adjoint, njit_pairs)
     out += kernel("finish(KBP, VBP, Qs, Ks, Vs, QBAR, lions, KBT, VBT, XB)", finish)
+    out += kernel("param_grads(X, PC, c, A, QBAR, KBT, VBT, dQ, dK, dV, dO)", param_grads_body(d, d_k, d_v, FWD_CHUNK),
+                  njit_pairs)
     # whole stacks of L layers in one call (residual x_{r+1} = x_r + F_r(x_r), p_r = p_{r+1} + xbar_r): the
     # same kernels in the same order as L host calls, without L times the Python and dispatch overhead
     residual = lambda arr, out, a, b: ["for i in range(N):"] + [  # noqa: E731

@@ -527,40 +527,38 @@ def adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, E):
             kc_0_r1 = KC[1, 0]
             kc_0_r2 = KC[2, 0]
             kc_0_r3 = KC[3, 0]
-            for j in range(smax):
-                KBP[g, h, 0, j] += SR[0, j] * kc_0_r0 + SR[1, j] * kc_0_r1 + SR[2, j] * kc_0_r2 + SR[3, j] * kc_0_r3
             kc_1_r0 = KC[0, 1]
             kc_1_r1 = KC[1, 1]
             kc_1_r2 = KC[2, 1]
             kc_1_r3 = KC[3, 1]
             for j in range(smax):
-                KBP[g, h, 1, j] += SR[0, j] * kc_1_r0 + SR[1, j] * kc_1_r1 + SR[2, j] * kc_1_r2 + SR[3, j] * kc_1_r3
+                s_r0 = SR[0, j]
+                s_r1 = SR[1, j]
+                s_r2 = SR[2, j]
+                s_r3 = SR[3, j]
+                KBP[g, h, 0, j] += s_r0 * kc_0_r0 + s_r1 * kc_0_r1 + s_r2 * kc_0_r2 + s_r3 * kc_0_r3
+                KBP[g, h, 1, j] += s_r0 * kc_1_r0 + s_r1 * kc_1_r1 + s_r2 * kc_1_r2 + s_r3 * kc_1_r3
             g_0_r0 = GR[0, 0]
             g_0_r1 = GR[1, 0]
             g_0_r2 = GR[2, 0]
             g_0_r3 = GR[3, 0]
-            for j in range(smax):
-                p_r0 = PR[0, j]
-                dv_0_r0 = g_0_r0*p_r0
-                p_r1 = PR[1, j]
-                dv_0_r1 = g_0_r1*p_r1
-                p_r2 = PR[2, j]
-                dv_0_r2 = g_0_r2*p_r2
-                p_r3 = PR[3, j]
-                dv_0_r3 = g_0_r3*p_r3
-                VBP[g, h, 0, j] += dv_0_r0 + dv_0_r1 + dv_0_r2 + dv_0_r3
             g_1_r0 = GR[0, 1]
             g_1_r1 = GR[1, 1]
             g_1_r2 = GR[2, 1]
             g_1_r3 = GR[3, 1]
             for j in range(smax):
                 p_r0 = PR[0, j]
-                dv_1_r0 = g_1_r0*p_r0
                 p_r1 = PR[1, j]
-                dv_1_r1 = g_1_r1*p_r1
                 p_r2 = PR[2, j]
-                dv_1_r2 = g_1_r2*p_r2
                 p_r3 = PR[3, j]
+                dv_0_r0 = g_0_r0*p_r0
+                dv_0_r1 = g_0_r1*p_r1
+                dv_0_r2 = g_0_r2*p_r2
+                dv_0_r3 = g_0_r3*p_r3
+                VBP[g, h, 0, j] += dv_0_r0 + dv_0_r1 + dv_0_r2 + dv_0_r3
+                dv_1_r0 = g_1_r0*p_r0
+                dv_1_r1 = g_1_r1*p_r1
+                dv_1_r2 = g_1_r2*p_r2
                 dv_1_r3 = g_1_r3*p_r3
                 VBP[g, h, 1, j] += dv_1_r0 + dv_1_r1 + dv_1_r2 + dv_1_r3
 
@@ -630,6 +628,64 @@ def finish(KBP, VBP, Qs, Ks, Vs, QBAR, lions, KBT, VBT, XB):
                     xl_1 = K_0_1*kb_0 + K_1_1*kb_1 + V_0_1*vb_0 + V_1_1*vb_1
                     XB[j, 0] += xl_0
                     XB[j, 1] += xl_1
+
+
+@numba.njit(parallel=True, cache=True, fastmath={"contract", "reassoc"})
+def param_grads(X, PC, c, A, QBAR, KBT, VBT, dQ, dK, dV, dO):
+    H = QBAR.shape[0]
+    N = X.shape[0]
+    XT = numpy.empty((2, N))
+    PT = numpy.empty((2, N))
+    for i in range(N):
+        XT[0, i] = X[i, 0]
+        XT[1, i] = X[i, 1]
+        PT[0, i] = PC[i, 0]
+        PT[1, i] = PC[i, 1]
+    for h in numba.prange(H):
+        QT = numpy.empty((2, N))
+        AT = numpy.empty((2, N))
+        for i in range(N):
+            QT[0, i] = QBAR[h, i, 0]
+            QT[1, i] = QBAR[h, i, 1]
+            AT[0, i] = A[h, i, 0]
+            AT[1, i] = A[h, i, 1]
+        for b in range(2):
+            qt = QT[b]
+            kt = KBT[h, b]
+            gq0 = 0.0
+            gq1 = 0.0
+            gk0 = 0.0
+            gk1 = 0.0
+            for i in range(N):
+                gq0 += qt[i] * XT[0, i]
+                gq1 += qt[i] * XT[1, i]
+                gk0 += kt[i] * XT[0, i]
+                gk1 += kt[i] * XT[1, i]
+            dQ[h, b, 0] = gq0
+            dQ[h, b, 1] = gq1
+            dK[h, b, 0] = gk0
+            dK[h, b, 1] = gk1
+        for e in range(2):
+            vt = VBT[h, e]
+            gv0 = 0.0
+            gv1 = 0.0
+            for i in range(N):
+                gv0 += vt[i] * XT[0, i]
+                gv1 += vt[i] * XT[1, i]
+            dV[h, e, 0] = gv0
+            dV[h, e, 1] = gv1
+        for a in range(2):
+            pt = PT[a]
+            go0 = 0.0
+            go1 = 0.0
+            for i in range(N):
+                go0 += pt[i] * AT[0, i]
+                go1 += pt[i] * AT[1, i]
+            dO[h, a, 0] = go0
+            dO[h, a, 1] = go1
+        for a in range(2):
+            dO[h, a, 0] *= c[h]
+            dO[h, a, 1] *= c[h]
 
 
 @numba.njit(parallel=False, cache=True, fastmath=False)

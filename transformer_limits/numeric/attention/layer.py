@@ -321,6 +321,8 @@ class AttentionLayer:
                 xbar = self._xbar_theory(X, Qs, Ks, Vs, Os, c, PC, lions)
         if not param_grads:
             return xbar, None, None, None, None
+        if self.runtime is not None:  # one kernel call (per-head matmuls cost their calls, not their flops)
+            return (xbar, *self._param_grads_host(X, PC, c, cache.A, QBAR, KBAR, VBAR))
         dQ, dK, dV = (np.matmul(B.transpose(0, 2, 1), X) for B in (QBAR, KBAR, VBAR))  # sum_i bar^i x^iT
         dO = c[:, None, None] * np.matmul(PC.T, cache.A)
         return xbar, dQ, dK, dV, dO
@@ -352,6 +354,17 @@ class AttentionLayer:
         KBT, VBT, xbar = rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d))
         rt.call(m, "finish", N, KBP, VBP, Qs, Ks, Vs, QBAR, bool(lions), KBT, VBT, xbar)
         return QBAR, KBT.transpose(0, 2, 1), VBT.transpose(0, 2, 1), xbar  # KBAR, VBAR (H, N, d_k|d_v) views
+
+    def _param_grads_host(self, X, PC, c, A, QBAR, KBAR, VBAR):
+        """(dQ, dK, dV, dO) (H, d_k|d_v|d, d|d_v) by the numba ``param_grads`` kernel: dQ_h = sum_i qbar_h^i
+        x^iT, dK_h, dV_h likewise, dO_h = c_h sum_i p^i A_h^iT; KBAR, VBAR are ``_bars_host``'s views of
+        (H, d_k|d_v, N) arrays."""
+        rt = self.runtime
+        assert rt is not None
+        H, d, N = QBAR.shape[0], self.d, X.shape[0]
+        out = rt.empty((H, self.d_k, d)), rt.empty((H, self.d_k, d)), rt.empty((H, self.d_v, d)), rt.empty((H, d, self.d_v))
+        rt.call(self._module, "param_grads", N, X, PC, c, A, QBAR, KBAR.transpose(0, 2, 1), VBAR.transpose(0, 2, 1), *out)
+        return out
 
     # ------------------------------------------------------------------ GPU (device arrays)
     def device_field(self, X, Qs, Ks, Vs, Os, c, B: int, H: int, N: int, PB: int, base, out,
