@@ -146,6 +146,10 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
     # unnormalised tape); every mutant compiles new kernels, so a run needs a time budget
     ("attention_adjoint_kernels", "transformer_limits/symbolic/attention_adjoint_kernels.py",
      ("tests/test_wide_head_sweeps.py", "tests/test_softmax_tape.py", "tests/test_token_stride.py")),
+    # issue 26, eleventh sitting: the parameter gradients as one numba kernel per layer (each mutant compiles
+    # the layer's kernels for the test shapes: a time budget)
+    ("attention_param_grads", "transformer_limits/symbolic/attention_param_grads.py",
+     ("tests/test_param_grads_kernel.py",)),
     ("sweep_executors", "transformer_limits/verify/sweeps/executors.py",
      ("tests/test_sweep.py", "tests/test_fault_injection.py")),
     ("mlp_field", "transformer_limits/numeric/sphere/mlp_field.py",
