@@ -8,8 +8,9 @@ kbar_h^j, vbar_h^j (gradients of the loss w.r.t. the features Q_h x^i, K_h x^j, 
     dL/dO_h = c_h sum_i p^i (A_h^i)^T,
 
 written below as plain loops over tokens.  The kernel sums each entry as a vectorised j-sum (reassociated),
-so it agrees to rounding, not bit for bit; shapes with d, d_k, d_v all different, wider than a sweep's
-run of four columns (two or three runs, the last one short) and narrower (one), N odd.
+so it agrees to rounding, not bit for bit.  Shapes: d = 9 (the dQ/dK/dV columns in three runs of at most
+four: first, middle, short last), d_v = 5 (dO's columns in two), d_k = 2, and a shape of one run each;
+N odd; both numba twins (the parallel kernel and its serial twin, numeric/numba_twins.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
+from transformer_limits.numeric.numba_twins import KINDS, forced
 from transformer_limits.numeric.runtime import Runtime
 
 NUMBA = "numba"  # the backend that runs the python-numba flavour
@@ -38,10 +40,10 @@ def _by_loops(X, PC, c, A, QBAR, KBT, VBT):
     return dQ, dK, dV, dO
 
 
-# the shapes other tests compile too (the wide heads of test_wide_head_sweeps, the float32 typing test's)
-@pytest.mark.parametrize("precision, rtol, d, d_k, d_v", [("float64", 1e-13, 5, 9, 6), ("float64", 1e-13, 3, 2, 3),
-                                                          ("float32", 1e-5, 3, 2, 3)])
-def test_param_grads_are_the_token_sums_of_outer_products(precision, rtol, d, d_k, d_v):
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("precision, rtol, d, d_k, d_v", [("float64", 1e-13, 9, 2, 5), ("float64", 1e-13, 3, 2, 3),
+                                                          ("float32", 1e-5, 9, 2, 5)])
+def test_param_grads_are_the_token_sums_of_outer_products(precision, rtol, d, d_k, d_v, kind):
     dt = np.dtype(precision)
     rng = np.random.default_rng(7)
     H, N = 3, 41
@@ -52,7 +54,8 @@ def test_param_grads_are_the_token_sums_of_outer_products(precision, rtol, d, d_
     want = _by_loops(X, PC, c, A, QBAR, KBT, VBT)
     m = LAYER_ADJOINT.load(NUMBA, precision=precision, d=d, d_k=d_k, d_v=d_v)
     got = tuple(np.full(w.shape, np.nan, dt) for w in want)  # every entry must be written
-    Runtime(NUMBA, precision).call(m, "param_grads", N, *(a.astype(dt) for a in (X, PC, c, A, QBAR, KBT, VBT)), *got)
+    with forced(kind):
+        Runtime(NUMBA, precision).call(m, "param_grads", N, *(a.astype(dt) for a in (X, PC, c, A, QBAR, KBT, VBT)), *got)
     for g, w in zip(got, want):
         assert g.dtype == dt
         np.testing.assert_allclose(g, w, rtol=0, atol=rtol * np.max(np.abs(w)))

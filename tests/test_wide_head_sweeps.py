@@ -10,6 +10,8 @@ single layers, untaped stacks and taped stacks.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -152,3 +154,21 @@ def test_the_partial_updates_add_every_component_once_in_runs():
     lines = [x.strip() for x in adj.splitlines() if "BP[g, h, " in x and "+=" in x]
     assert len(lines) == DK + DV
     assert all(x.count(" + ") == ADJ_ROWS - 1 for x in lines)  # ADJ_ROWS terms each
+
+
+def test_the_partial_update_runs_keep_each_components_expression(monkeypatch):
+    """Runs of components change where the pair terms are loaded, not the sum that updates a component:
+    every ``KBP/VBP[g, h, e, j] += ...`` line, and the pair-term lines feeding it, read the same in the
+    source generated with one component per sweep once the loads' names are matched (s_r = SR[r, j] for
+    the keys; the values load p_r = PR[r, j] under the same name either way)."""
+    import transformer_limits.symbolic.attention_adjoint_kernels as kernels
+
+    def updates(src: str) -> list[str]:
+        adj = src[src.index("def adjoint("):src.index("def finish(")]
+        return sorted(x.strip() for x in adj.splitlines() if "BP[g, h, " in x and "+=" in x or x.strip().startswith("dv_"))
+
+    runs = updates(adjoint_kernel_source(D, DK, DV)[1])
+    monkeypatch.setattr(kernels, "ADJ_UPDATE_COMPONENTS", 1)
+    single = _source_numba(_Blocks(D, DK, DV))
+    assert len(runs) == DK + DV + ADJ_ROWS * DV  # the += lines and the dv lines of every component
+    assert runs == sorted(re.sub(r"SR\[(\d+), j\]", r"s_r\1", x) for x in updates(single))

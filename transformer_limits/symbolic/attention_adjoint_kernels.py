@@ -50,10 +50,14 @@ groups per head, chosen by the caller):
                    then per block of tokens, xbar^j = sum_h [Q_h^T qbar_h^j + K_h^T kbar_h^j + V_h^T
                    vbar_h^j] (h in order; the Lions term, K^T kbar + V^T vbar, once per key; ``lions=0``
                    drops it, for the wrong-model test)
+``param_grads``    per head: dQ_h = sum_i qbar_h^i x^iT, dK_h, dV_h likewise, dO_h = c_h sum_i p^i A_h^iT
+                   (:mod:`transformer_limits.symbolic.attention_param_grads`), for a pass with parameter
+                   gradients
 
 Array conventions (C order, float64): X (N, d); Qs, Ks (H, d_k, d); Vs (H, d_v, d); Os (H, d, d_v);
 c (H,) head weights; A (H, N, d_v); QF, QBAR (H, N, d_k); KT, KBP[g] (H, d_k, N_s); VT, VBP[g] (H, d_v, N_s);
-LOGZ (H, N); F, PC, XB (N, d); KBT (H, d_k, N), VBT (H, d_v, N); the softmax tape E (H, N, N), or an
+LOGZ (H, N); F, PC, XB (N, d); KBT (H, d_k, N), VBT (H, d_v, N); dQ, dK (H, d_k, d), dV (H, d_v, d),
+dO (H, d, d_v); the softmax tape E (H, N, N), or an
 empty (H, 0, 0) array for none (the kernels test its second axis).  N_s >= N is the token stride of the
 arrays the pair loops sweep (the caller's choice; columns j >= N are never read): rows whose length in
 bytes is a multiple of 4 KiB all map to the same cache sets, and the key-side sweeps, which walk 16 or
@@ -82,8 +86,8 @@ ADJOINT_FLAVOURS = LAYER_ADJOINT.flavours  # flavour name -> Flavour record (ker
 ADJ_ROWS = 4  # query rows per block of the adjoint's key/value partial updates
 # components per sweep of the adjoint's key/value partial updates: each sweep loads the block's ADJ_ROWS
 # pair terms once for all of them (one component per sweep: ADJ_ROWS + 1 loads and a store per ADJ_ROWS
-# FMAs, bound by loads on Zen 1, whose 256-bit loads take both load ports); three keep the coefficients, the
-# pair terms and the accumulators within the 16 AVX2 registers
+# FMAs, bound by loads on Zen 1, which splits a 256-bit load in two); chosen by measurement (docs/
+# performance.md, eleventh sitting): 2 gained less, 3 and 4 the same, 8 lost (register spills)
 ADJ_UPDATE_COMPONENTS = 3
 FIN_KEYS = 512  # keys per task of the adjoint's finish (partial sums and Lions term)
 FEAT_TOKENS = 256  # tokens per task of the feature maps
@@ -291,8 +295,9 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
     # head's keys, values and partials stay in L1/L2, and at H >= 16 (G = 1) no partials are summed at all.
     # Rows are taken in blocks of R = ADJ_ROWS (rows i0 + r G, r < R).  Per block: sweep 1 per row
     # (vectorised over j): logit, P_ij, sbar_ij and the j-sums qbar^i; P_ij and sbar_ij go to the scratch
-    # rows PR[r], SR[r] (zero beyond the row's visible keys); sweep 2 per component (vectorised over j, one
-    # contiguous-j update each): kbar^j, vbar^j += the block's R pair terms
+    # rows PR[r], SR[r] (zero beyond the row's visible keys); then sweeps over runs of ADJ_UPDATE_COMPONENTS
+    # components (vectorised over j, a contiguous-j update per component): kbar^j, vbar^j += the block's R
+    # pair terms
     R = ADJ_ROWS
 
     def renamed(lines: list[str], r: int) -> list[str]:
@@ -369,7 +374,9 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
             lines += [f"    {pair}_r{r} = {pairs}[{r}, j]" for r in range(R)]
             for e in run:
                 terms = [s_ for r in range(R) for s_ in renamed(_needed(b.lines(group), f"{out}_{e}"), r)]
-                lines += ["    " + s_ for s_ in terms if not s_.startswith(f"{pair}_r")]
+                # the run's loads above stand for the pair terms: a derived line assigning one would shadow them
+                assert not any(s_.startswith(f"{pair}_r") for s_ in terms), terms
+                lines += ["    " + s_ for s_ in terms]
                 lines += [f"    {arr}[g, h, {e}, j] += " + " + ".join(f"{out}_{e}_r{r}" for r in range(R))]
         return lines
 
@@ -438,8 +445,7 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
     out += kernel("forward(QF, KT, VT, Os, c, beta, causal, T, A, LOGZ, F, E)", forward, njit_pairs)
     out += kernel("adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, E)", adjoint, njit_pairs)
     out += kernel("finish(KBP, VBP, Qs, Ks, Vs, QBAR, lions, KBT, VBT, XB)", finish)
-    out += kernel("param_grads(X, PC, c, A, QBAR, KBT, VBT, dQ, dK, dV, dO)", param_grads_body(d, d_k, d_v, FWD_CHUNK),
-                  njit_pairs)
+    out += kernel("param_grads(X, PC, c, A, QBAR, KBT, VBT, dQ, dK, dV, dO)", param_grads_body(d, d_k, d_v), njit_pairs)
     # whole stacks of L layers in one call (residual x_{r+1} = x_r + F_r(x_r), p_r = p_{r+1} + xbar_r): the
     # same kernels in the same order as L host calls, without L times the Python and dispatch overhead
     residual = lambda arr, out, a, b: ["for i in range(N):"] + [  # noqa: E731

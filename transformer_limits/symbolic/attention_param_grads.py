@@ -17,7 +17,10 @@ calls, not the flops); this kernel about 0.4 ms.
 
 from __future__ import annotations
 
-__all__ = ["param_grads_body", "runs"]
+__all__ = ["PARAM_GRAD_COLUMNS", "param_grads_body", "runs"]
+
+#: output columns per token sweep (their accumulators and the loads of the sweep's rows in registers)
+PARAM_GRAD_COLUMNS = 4
 
 _OUTPUT = {"gq": "dQ", "gk": "dK", "gv": "dV", "go": "dO"}
 
@@ -36,20 +39,20 @@ def _sweep(pairs: list[tuple[str, str, str]], rows: str, run: range) -> list[str
             + [f"{_OUTPUT[o]}[h, {rows}, {a}] = {o}{a}" for o, _, _ in pairs for a in run])
 
 
-def param_grads_body(d: int, d_k: int, d_v: int, width: int) -> list[str]:
+def param_grads_body(d: int, d_k: int, d_v: int, width: int = PARAM_GRAD_COLUMNS) -> list[str]:
     """The body of ``param_grads(X, PC, c, A, QBAR, KBT, VBT, dQ, dK, dV, dO)`` (see the module docstring),
     ``width`` output columns per sweep."""
     cols = runs(d, width)
     per_head = ([f"QT = numpy.empty(({d_k}, N))", f"AT = numpy.empty(({d_v}, N))", "for i in range(N):"]
                 + [f"    QT[{b}, i] = QBAR[h, i, {b}]" for b in range(d_k)]
-                + [f"    AT[{c}, i] = A[h, i, {c}]" for c in range(d_v)]
+                + [f"    AT[{col}, i] = A[h, i, {col}]" for col in range(d_v)]
                 + [f"for b in range({d_k}):", "    qt = QT[b]", "    kt = KBT[h, b]"]
                 + ["    " + y for run in cols for y in _sweep([("gq", "qt", "XT"), ("gk", "kt", "XT")], "b", run)]
                 + [f"for e in range({d_v}):", "    vt = VBT[h, e]"]
                 + ["    " + y for run in cols for y in _sweep([("gv", "vt", "XT")], "e", run)]
                 + [f"for a in range({d}):", "    pt = PT[a]"]
                 + ["    " + y for run in runs(d_v, width) for y in _sweep([("go", "pt", "AT")], "a", run)]
-                + [f"for a in range({d}):"] + [f"    dO[h, a, {c}] *= c[h]" for c in range(d_v)])
+                + [f"for a in range({d}):"] + [f"    dO[h, a, {col}] *= c[h]" for col in range(d_v)])
     return (["H = QBAR.shape[0]", "N = X.shape[0]", f"XT = numpy.empty(({d}, N))", f"PT = numpy.empty(({d}, N))",
              "for i in range(N):"] + [f"    XT[{a}, i] = X[i, {a}]" for a in range(d)]
             + [f"    PT[{a}, i] = PC[i, {a}]" for a in range(d)]

@@ -363,7 +363,8 @@ class AttentionLayer:
         assert rt is not None
         H, d, N = QBAR.shape[0], self.d, X.shape[0]
         out = rt.empty((H, self.d_k, d)), rt.empty((H, self.d_k, d)), rt.empty((H, self.d_v, d)), rt.empty((H, d, self.d_v))
-        rt.call(self._module, "param_grads", N, X, PC, c, A, QBAR, KBAR.transpose(0, 2, 1), VBAR.transpose(0, 2, 1), *out)
+        KBT, VBT = (np.ascontiguousarray(B.transpose(0, 2, 1)) for B in (KBAR, VBAR))  # no copy: finish's arrays
+        rt.call(self._module, "param_grads", N, X, PC, c, A, QBAR, KBT, VBT, *out)
         return out
 
     # ------------------------------------------------------------------ GPU (device arrays)
