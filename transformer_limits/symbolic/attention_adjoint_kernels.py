@@ -86,8 +86,7 @@ ADJOINT_FLAVOURS = LAYER_ADJOINT.flavours  # flavour name -> Flavour record (ker
 ADJ_ROWS = 4  # query rows per block of the adjoint's key/value partial updates
 # components per sweep of the adjoint's key/value partial updates: each sweep loads the block's ADJ_ROWS
 # pair terms once for all of them (one component per sweep: ADJ_ROWS + 1 loads and a store per ADJ_ROWS
-# FMAs, bound by loads on Zen 1, which splits a 256-bit load in two); chosen by measurement (docs/
-# performance.md, eleventh sitting): 2 gained less, 3 and 4 the same, 8 lost (register spills)
+# FMAs, bound by loads on Zen 1, which splits a 256-bit load in two); 3 by measurement (docs/performance.md)
 ADJ_UPDATE_COMPONENTS = 3
 FIN_KEYS = 512  # keys per task of the adjoint's finish (partial sums and Lions term)
 FEAT_TOKENS = 256  # tokens per task of the feature maps
@@ -381,9 +380,7 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
         return lines
 
     # keys: dk_e = sbar kc_e (key_inc, with kc_e = d logit / d k_e the row's coefficient, computed once per
-    # row instead of once per pair and component); values: dv_c (value_inc) = g_c P_ij.  A run of components
-    # per sweep: each pair term loaded once for the run (the sweeps are bound by loads: R + 1 loads and a
-    # store per R FMAs with one component per sweep)
+    # row instead of once per pair and component); values: dv_c (value_inc) = g_c P_ij; ADJ_UPDATE_COMPONENTS each
     key_updates = [s_ for run in _runs(d_k, ADJ_UPDATE_COMPONENTS) for s_ in
                    [f"kc_{e}_r{r} = KC[{r}, {e}]" for e in run for r in range(R)] + ["for j in range(smax):"]
                    + [f"    s_r{r} = SR[{r}, j]" for r in range(R)]
