@@ -150,6 +150,9 @@ MODULES: list[tuple[str, str, tuple[str, ...]]] = [
     # the layer's kernels for the test shapes: a time budget)
     ("attention_param_grads", "transformer_limits/symbolic/attention_param_grads.py",
      ("tests/test_param_grads_kernel.py",)),
+    # issue 26, twelfth sitting: the layer stacks' templates, the backward with gradients in one call
+    ("attention_layer_stacks", "transformer_limits/symbolic/attention_layer_stacks.py",
+     ("tests/test_layer_stacks.py",)),
     ("sweep_executors", "transformer_limits/verify/sweeps/executors.py",
      ("tests/test_sweep.py", "tests/test_fault_injection.py")),
     ("mlp_field", "transformer_limits/numeric/sphere/mlp_field.py",

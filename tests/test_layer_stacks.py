@@ -1,11 +1,12 @@
-"""Whole stacks of layers in one numba call (``forward_stack`` / ``adjoint_stack``).
+"""Whole stacks of layers in one numba call (``forward_stack`` / ``adjoint_stack`` / ``adjoint_grads_stack``).
 
 The discrete transformer is x_{r+1} = x_r + F_r(x_r) and its input adjoint p_r = p_{r+1} + xbar_r(p_{r+1})
 (docs/theory.md §A.2).  The stacks run the layer's own kernels in the same order, so a transformer's
 forward and input-adjoint passes must equal that recursion written out with ``AttentionLayer.field`` /
 ``vjp`` bit for bit, masked or not, for N on both sides of the serial-task threshold; the parameter
-gradients of a stacked forward pass (per-layer path on the stacked caches) must equal those of the
-written-out recursion too.  A stack that skipped one layer's residual would fail every comparison.
+gradients of a stacked pass (``adjoint_grads_stack``: every layer's ``param_grads`` inside the stack)
+must equal those of the written-out recursion too.  A stack that skipped one layer's residual, or wrote
+one layer's gradients into another's slot, would fail every comparison.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def test_stacked_passes_are_the_written_out_recursions_bit_for_bit(causal, N, L)
     assert fwd.run is not None and fwd.run.caches.stacked is not None  # the stack ran
     assert np.array_equal(fwd.states, states)
     assert np.array_equal(model.backward(fwd, params, pL, grads=False).p, p)
-    full = model.backward(fwd, params, pL)  # gradients: the per-layer path on the stacked caches
+    full = model.backward(fwd, params, pL)  # gradients: adjoint_grads_stack
     assert np.array_equal(full.p, p)
     for k in "QKVO":
         assert np.array_equal(full.grads[k], grads[k]), k
@@ -64,7 +65,11 @@ def test_the_flipped_lions_term_reaches_the_stack():
     right = AttentionTransformer(3, 2, 2, backend="numba")
     wrong = AttentionTransformer(3, 2, 2, backend="numba", lions_term=False)
     p_wrong = wrong.backward(wrong.forward(X0, params), params, pL, grads=False).p
-    assert np.array_equal(p_wrong, written_out(wrong, params, X0, pL)[1])
+    _, p_written, grads_written = written_out(wrong, params, X0, pL)
+    assert np.array_equal(p_wrong, p_written)
+    full = wrong.backward(wrong.forward(X0, params), params, pL)  # the gradient stack too
+    assert np.array_equal(full.p, p_written)
+    assert all(np.array_equal(full.grads[k], grads_written[k]) for k in "QKVO")
     assert np.abs(p_wrong - right.backward(right.forward(X0, params), params, pL, grads=False).p).max() > 1e-3
 
 
@@ -90,3 +95,27 @@ def test_a_stack_is_the_sequence_of_its_layer_caches():
     for bad in (L, -L - 1):
         with pytest.raises(IndexError):
             caches[bad]
+
+
+def test_gradients_of_a_stacked_pass_come_from_one_kernel_call(monkeypatch):
+    """A stacked pass's backward with parameter gradients runs no per-layer VJP (one ``adjoint_grads_stack``
+    call: no L host round trips); a pass given by its host arrays alone keeps the per-layer path."""
+    from transformer_limits.numeric.attention.layer import AttentionLayer
+
+    L, H, N = 3, 4, 9
+    model = AttentionTransformer(3, 2, 2, backend="numba")
+    params = init_params(L, H, 3, 2, 2, seed=7, gain=1.5)
+    rng = np.random.default_rng(7)
+    X0, pL = rng.uniform(-1, 1, (N, 3)), rng.normal(size=(N, 3))
+    fwd = model.forward(X0, params)
+    expected = model.backward(fwd, params, pL)
+    calls = []
+    real = AttentionLayer.vjp_checked
+    monkeypatch.setattr(AttentionLayer, "vjp_checked", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    stacked = model.backward(fwd, params, pL)
+    assert calls == [] and all(np.array_equal(stacked.grads[k], expected.grads[k]) for k in "QKVO")
+    bare = type(fwd)(fwd.states, list(fwd.caches), fwd.weights, None)  # no run: the per-layer path
+    per_layer = model.backward(bare, params, pL)
+    assert len(calls) == L
+    assert np.array_equal(per_layer.p, stacked.p)
+    assert all(np.array_equal(per_layer.grads[k], stacked.grads[k]) for k in "QKVO")

@@ -74,6 +74,7 @@ import sympy as sp
 from transformer_limits.numeric.flavours import PYTHON_NUMBA, flavour_named
 from transformer_limits.numeric.kernel_family import LAYER_ADJOINT
 from transformer_limits.symbolic.attention_adjoint_cuda import cuda_source
+from transformer_limits.symbolic.attention_layer_stacks import stack_kernels
 from transformer_limits.symbolic.attention_param_grads import param_grads_body, runs as _runs
 from transformer_limits.symbolic.codegen import (CodeBlock, code_block, indent, order_key_lines, source_key,
                                                  typed_python_source, unkeyed_name)
@@ -443,27 +444,9 @@ def _source_numba(b: _Blocks, precision: str = "float64") -> str:
     out += kernel("adjoint(PC, Os, c, QF, KT, VT, A, LOGZ, beta, causal, QBAR, KBP, VBP, E)", adjoint, njit_pairs)
     out += kernel("finish(KBP, VBP, Qs, Ks, Vs, QBAR, lions, KBT, VBT, XB)", finish)
     out += kernel("param_grads(X, PC, c, A, QBAR, KBT, VBT, dQ, dK, dV, dO)", param_grads_body(d, d_k, d_v), njit_pairs)
-    # whole stacks of L layers in one call (residual x_{r+1} = x_r + F_r(x_r), p_r = p_{r+1} + xbar_r): the
-    # same kernels in the same order as L host calls, without L times the Python and dispatch overhead
-    residual = lambda arr, out, a, b: ["for i in range(N):"] + [  # noqa: E731
-        f"    {arr}[{out}, i, {e}] = {arr}[{a}, i, {e}] + {b}[i, {e}]" for e in range(d)]
-    forward_stack = (["L = Qs.shape[0]", "N = states.shape[1]", "for r in range(L):"]
-                     + ["    " + s_ for s_ in [f"if Qs.shape[1] * N < {FEAT_PARALLEL_ITEMS}:",
-                                               "    features_serial(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])",
-                                               "else:",
-                                               "    features(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])",
-                                               "forward(QF[r], KT[r], VT[r], Os[r], c[r], beta, causal, T, A[r], "
-                                               "LOGZ[r], F, E[r])"] + residual("states", "r + 1", "r", "F")])
-    adjoint_stack = (["L = Qs.shape[0]", "N = p.shape[1]", "for r in range(L - 1, -1, -1):"]
-                     + ["    " + s_ for s_ in ["adjoint(p[r + 1], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], "
-                                               "beta, causal, QBAR, KBP, VBP, E[r])",
-                                               "finish(KBP, VBP, Qs[r], Ks[r], Vs[r], QBAR, lions, KBT, VBT, XB)"]
-                        + residual("p", "r", "r + 1", "XB")])
-    stack_jit = "@numba.njit(parallel=False, cache=True, fastmath=False)"
-    out += kernel("forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOGZ, F, E)",
-                  forward_stack, stack_jit)
-    out += kernel("adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, "
-                  "KBT, VBT, XB, E)", adjoint_stack, stack_jit)
+    # whole stacks of L layers in one call: the same kernels in the same order as L host calls
+    for signature, body in stack_kernels(d, FEAT_PARALLEL_ITEMS):
+        out += kernel(signature, body, "@numba.njit(parallel=False, cache=True, fastmath=False)")
     return typed_python_source("\n".join(out) + "\n", precision)
 
 

@@ -713,3 +713,16 @@ def adjoint_stack(p, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions
         for i in range(N):
             p[r, i, 0] = p[r + 1, i, 0] + XB[i, 0]
             p[r, i, 1] = p[r + 1, i, 1] + XB[i, 1]
+
+
+@numba.njit(parallel=False, cache=True, fastmath=False)
+def adjoint_grads_stack(p, states, Qs, Ks, Vs, Os, c, QF, KT, VT, A, LOGZ, beta, causal, lions, QBAR, KBP, VBP, KBT, VBT, XB, E, dQ, dK, dV, dO):
+    L = Qs.shape[0]
+    N = p.shape[1]
+    for r in range(L - 1, -1, -1):
+        adjoint(p[r + 1], Os[r], c[r], QF[r], KT[r], VT[r], A[r], LOGZ[r], beta, causal, QBAR, KBP, VBP, E[r])
+        finish(KBP, VBP, Qs[r], Ks[r], Vs[r], QBAR, lions, KBT, VBT, XB)
+        param_grads(states[r], p[r + 1], c[r], A[r], QBAR, KBT, VBT, dQ[r], dK[r], dV[r], dO[r])
+        for i in range(N):
+            p[r, i, 0] = p[r + 1, i, 0] + XB[i, 0]
+            p[r, i, 1] = p[r + 1, i, 1] + XB[i, 1]

@@ -280,18 +280,24 @@ class AttentionLayer:
         """The kernels' tape argument: E, or the empty "no tape" array with leading axes ``lead``."""
         return no_tape(lead, self.dtype) if E is None else E
 
-    def xbar_stack(self, p, Qs, Ks, Vs, Os, c, stack: Any, lions: bool = True) -> None:
+    def xbar_stack(self, p, Qs, Ks, Vs, Os, c, stack: Any, lions: bool = True, *, states: Any = None,
+                   grads: tuple[Any, Any, Any, Any] | None = None) -> None:
         """p_r = p_{r+1} + xbar_r(p_{r+1}), r = L-1..0, in one call of the numba ``adjoint_stack`` (the
         kernels of :meth:`vjp` without parameter gradients, same order, same numbers): ``p`` (L+1, N, d)
-        with p_L set is filled in place; ``stack`` is :meth:`field_stack`'s."""
+        with p_L set is filled in place; ``stack`` is :meth:`field_stack`'s.  With ``grads`` = (dQs, dKs,
+        dVs, dOs) (L, H, ...) and the forward ``states`` (L+1, N, d): ``adjoint_grads_stack``, which also
+        writes every layer's parameter gradients (:meth:`vjp`'s, bit for bit)."""
         rt, m = self.runtime, self._module
         assert rt is not None and self.dev is None, "xbar_stack runs the numba host kernels"
         H, N = Qs.shape[1], p.shape[1]
         KBP, VBP = _partials(_row_groups(H, N), H, self.d_k, self.d_v, self._stride(N), self.dtype)
-        rt.call(m, "adjoint_stack", N, p, Qs, Ks, Vs, Os, c, stack.QF, stack.KT, stack.VT, stack.A, stack.LOGZ,
-                self.beta, self.causal, bool(lions), rt.empty((H, N, self.d_k)), KBP, VBP,
-                rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)), rt.empty((N, self.d)),
-                self._tape(stack.E, Qs.shape[:2]))
+        args = (Os, c, stack.QF, stack.KT, stack.VT, stack.A, stack.LOGZ, self.beta, self.causal, bool(lions),
+                rt.empty((H, N, self.d_k)), KBP, VBP, rt.empty((H, self.d_k, N)), rt.empty((H, self.d_v, N)),
+                rt.empty((N, self.d)), self._tape(stack.E, Qs.shape[:2]))
+        if grads is None:
+            rt.call(m, "adjoint_stack", N, p, Qs, Ks, Vs, *args)
+        else:
+            rt.call(m, "adjoint_grads_stack", N, p, states, Qs, Ks, Vs, *args, *grads)
 
     # ------------------------------------------------------------------ vjp
     def vjp(self, X, Qs, Ks, Vs, Os, c, cache: LayerCache, PC, *, lions: bool = True, param_grads: bool = True):

@@ -383,14 +383,15 @@ class AttentionTransformer:
         p = rt.empty((L + 1, B * N, d))
         ops.copy_in(p, L, pL.reshape(B * N, d))
         stack = getattr(run.caches, "stacked", None)
-        if stack is not None and not with_grads and shared:  # the input adjoints alone, one kernel call
-            self.layer.xbar_stack(p, *_heads(dp, slice(None)), run.c, stack, self.lions_term)
-            return rt.get(p).reshape(L + 1, B, N, d), {}
         shapes = param_shapes(L, B * H, d, self.d_k, self.d_v)
         grads = {k: rt.empty(shapes[k]) for k in PARAM_NAMES} if with_grads else None
-        for r in range(L - 1, -1, -1):
-            ops.vjp(run.states[r], _heads(dp, r), run.c[r], PB, run.caches.layer(r), p[r + 1], p[r + 1], p[r],
-                    None if grads is None else _heads(grads, r), lions=self.lions_term)
+        if stack is not None and shared:  # one kernel call for the L layers (and their gradients)
+            self.layer.xbar_stack(p, *_heads(dp, slice(None)), run.c, stack, self.lions_term, states=run.states,
+                                  grads=None if grads is None else _heads(grads, slice(None)))
+        else:
+            for r in range(L - 1, -1, -1):
+                ops.vjp(run.states[r], _heads(dp, r), run.c[r], PB, run.caches.layer(r), p[r + 1], p[r + 1], p[r],
+                        None if grads is None else _heads(grads, r), lions=self.lions_term)
         host_p = rt.get(p).reshape(L + 1, B, N, d)
         out: dict[str, np.ndarray] = {}
         if grads is None:
