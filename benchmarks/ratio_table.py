@@ -23,7 +23,9 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -55,7 +57,8 @@ def dgemm_flops(n: int = 2048, repeats: int = 3) -> float:
     return 2.0 * n ** 3 / t
 
 
-def measure(impl: str, precision: str, N: int, d: int, repeats: int) -> dict:
+def prepare(impl: str, precision: str, N: int, d: int) -> tuple[dict, Callable[[], object], Callable[[], object]]:
+    """(row, forward, forward+adjoint) of one implementation and precision at N, warmed up."""
     L, H = shape_for(N)
     params = init_params(L, H, d, d, d, seed=0)
     X0 = sample_tokens(N, d, seed=1)
@@ -70,12 +73,28 @@ def measure(impl: str, precision: str, N: int, d: int, repeats: int) -> dict:
         m = AttentionTransformer(d, d, d, backend=impl, precision=precision)
         fwd = lambda: m.forward(X0, params)  # noqa: E731
         both = lambda: m.loss_and_grad(X0, params, loss)  # noqa: E731
-    if impl == "numba":  # steady state: the serial-twin chooser (numba_twins.py) times each launch
-        for _ in range(2 * TWIN_TIMINGS + 1):  # shape 2 x TIMINGS times before it settles
-            fwd(), both()
-    row["forward_s"] = time_best(fwd, repeats)[0]
-    row["forward_adjoint_s"] = time_best(both, repeats)[0]
-    return row
+    # steady state: the serial-twin chooser (numba_twins.py) times each launch shape 2 x TIMINGS times
+    for _ in range(2 * TWIN_TIMINGS + 1 if impl == "numba" else 1):
+        fwd(), both()
+    return row, fwd, both
+
+
+def measure_block(N: int, d: int, repeats: int, configs: list[tuple[str, str]]) -> list[dict]:
+    """Rows of every (impl, precision) at N, best of ``repeats``.  The repeats of all implementations
+    alternate (one forward and one forward+adjoint of each per round), so that a slow phase of a shared
+    host falls on all of them alike instead of on the one measured while it lasts: the same-run ratios
+    compare like with like."""
+    prepared = [prepare(impl, prec, N, d) for impl, prec in configs]
+    best = [[float("inf"), float("inf")] for _ in prepared]
+    for _ in range(repeats):
+        for k, (_, fwd, both) in enumerate(prepared):
+            for slot, fn in enumerate((fwd, both)):
+                t0 = time.perf_counter()
+                fn()
+                best[k][slot] = min(best[k][slot], time.perf_counter() - t0)
+    for (row, _, _), (f, b) in zip(prepared, best):
+        row["forward_s"], row["forward_adjoint_s"] = f, b
+    return [row for row, _, _ in prepared]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'f+adj x':>8} {'fwd % dgemm':>12}")
     rows = []
     for N in args.N:
-        block = [measure(impl, prec, N, args.d, args.repeats) for prec in ("float64", "float32") for impl in impls]
+        block = measure_block(N, args.d, args.repeats, [(impl, prec) for prec in ("float64", "float32") for impl in impls])
         base = next(r for r in block if r["impl"] == "blas" and r["precision"] == "float64")
         for r in block:
             if "forward_s" in r:

@@ -7,7 +7,8 @@ arguments of L host calls, so its results are those of the per-layer path bit fo
 Python round trips, and above all the idle gaps between them: a Numba worker thread that waits through
 the host's per-layer work sleeps, and on a virtual machine waking it costs a halted vCPU's wake-up at
 the next parallel launch (measured, N = 256, L = 64, H = 32 on a 2-vCPU guest: the per-layer backward
-with parameter gradients 0.54 s, the same kernels in one stack 0.40 s).
+with parameter gradients 0.54 s, the input-adjoint stack 0.35 s; ``loss_and_grad`` 0.67–0.82 s with
+per-layer gradients, 0.60–0.67 s with ``adjoint_grads_stack``).
 
 ``forward_stack``         per layer: the feature maps (serial below ``feat_parallel_items`` token-heads,
                           where a parallel launch costs more than the work), ``forward``, the residual
