@@ -73,8 +73,9 @@ def prepare(impl: str, precision: str, N: int, d: int) -> tuple[dict, Callable[[
         m = AttentionTransformer(d, d, d, backend=impl, precision=precision)
         fwd = lambda: m.forward(X0, params)  # noqa: E731
         both = lambda: m.loss_and_grad(X0, params, loss)  # noqa: E731
-    # steady state: the serial-twin chooser (numba_twins.py) times each launch shape 2 x TIMINGS times
-    for _ in range(2 * TWIN_TIMINGS + 1 if impl == "numba" else 1):
+    # steady state: the serial-twin chooser (numba_twins.py) times each launch shape 2 x TIMINGS times,
+    # after a compiling launch of each twin
+    for _ in range(2 * TWIN_TIMINGS + 2 if impl == "numba" else 1):
         fwd(), both()
     return row, fwd, both
 
@@ -86,8 +87,10 @@ def measure_block(N: int, d: int, repeats: int, configs: list[tuple[str, str]]) 
     compare like with like."""
     prepared = [prepare(impl, prec, N, d) for impl, prec in configs]
     best = [[float("inf"), float("inf")] for _ in prepared]
-    for _ in range(repeats):
-        for k, (_, fwd, both) in enumerate(prepared):
+    n = len(prepared)
+    for rnd in range(repeats):
+        for k in ((rnd + i) % n for i in range(n)):  # rotated: no implementation always follows the same one
+            _, fwd, both = prepared[k]
             for slot, fn in enumerate((fwd, both)):
                 t0 = time.perf_counter()
                 fn()

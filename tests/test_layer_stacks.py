@@ -97,25 +97,42 @@ def test_a_stack_is_the_sequence_of_its_layer_caches():
             caches[bad]
 
 
-def test_gradients_of_a_stacked_pass_come_from_one_kernel_call(monkeypatch):
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+@pytest.mark.parametrize("tape", [False, True])
+def test_gradients_of_a_stacked_pass_come_from_one_kernel_call(monkeypatch, precision, tape):
     """A stacked pass's backward with parameter gradients runs no per-layer VJP (one ``adjoint_grads_stack``
-    call: no L host round trips); a pass given by its host arrays alone keeps the per-layer path."""
+    call: no L host round trips), and gives what the per-layer path gives on the same caches (a pass
+    given by its host arrays alone, softmax tape included) bit for bit, in either precision."""
     from transformer_limits.numeric.attention.layer import AttentionLayer
 
     L, H, N = 3, 4, 9
-    model = AttentionTransformer(3, 2, 2, backend="numba")
+    model = AttentionTransformer(3, 2, 2, backend="numba", precision=precision)
     params = init_params(L, H, 3, 2, 2, seed=7, gain=1.5)
     rng = np.random.default_rng(7)
     X0, pL = rng.uniform(-1, 1, (N, 3)), rng.normal(size=(N, 3))
-    fwd = model.forward(X0, params)
-    expected = model.backward(fwd, params, pL)
+    fwd = model.forward(X0, params, tape=tape)
+    assert (fwd.run.caches.stacked.E is not None) == tape
     calls = []
     real = AttentionLayer.vjp_checked
     monkeypatch.setattr(AttentionLayer, "vjp_checked", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
     stacked = model.backward(fwd, params, pL)
-    assert calls == [] and all(np.array_equal(stacked.grads[k], expected.grads[k]) for k in "QKVO")
+    assert calls == []
     bare = type(fwd)(fwd.states, list(fwd.caches), fwd.weights, None)  # no run: the per-layer path
     per_layer = model.backward(bare, params, pL)
     assert len(calls) == L
-    assert np.array_equal(per_layer.p, stacked.p)
-    assert all(np.array_equal(per_layer.grads[k], stacked.grads[k]) for k in "QKVO")
+    assert stacked.p.dtype == np.dtype(precision) and np.array_equal(per_layer.p, stacked.p)
+    for k in "QKVO":
+        assert stacked.grads[k].dtype == np.dtype(precision)
+        assert np.array_equal(per_layer.grads[k], stacked.grads[k]), k
+
+
+def test_parameters_of_another_depth_are_refused():
+    """Parameters with fewer layers than the pass would leave adjoints unwritten: a ValueError names it."""
+    model = AttentionTransformer(3, 2, 2, backend="numba")
+    X0 = np.random.default_rng(3).uniform(-1, 1, (5, 3))
+    fwd = model.forward(X0, init_params(3, 2, 3, 2, 2, seed=3))
+    with pytest.raises(ValueError, match="L = 2 layers but the forward pass has 3"):
+        model.backward(fwd, init_params(2, 2, 3, 2, 2, seed=3), np.ones((5, 3)))
+    batch = model.forward_batch(X0[None], init_params(3, 2, 3, 2, 2, seed=3))
+    with pytest.raises(ValueError, match="L = 2 layers but the forward pass has 3"):
+        model.backward_batch(batch, init_params(2, 2, 3, 2, 2, seed=3), np.ones((1, 5, 3)))

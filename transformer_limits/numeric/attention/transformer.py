@@ -258,6 +258,8 @@ class AttentionTransformer:
         the adjoints alone, bit for bit the same, with an empty gradient dict: an input gradient p[0]
         needs no parameter gradients)."""
         params, L, H = self.check_params(params)
+        if len(fwd.states) != L + 1:  # parameters of another depth would read adjoints never written
+            raise ValueError(f"params have L = {L} layers but the forward pass has {len(fwd.states) - 1}")
         pL = np.ascontiguousarray(p_final, dtype=self.dtype)
         if pL.shape != fwd.states[L].shape:
             raise ValueError(f"p_final must have shape {fwd.states[L].shape}, got {np.shape(p_final)}")
@@ -320,6 +322,8 @@ class AttentionTransformer:
         if pL.shape != fwd.states.shape[1:]:
             raise ValueError(f"p_final must have shape {fwd.states.shape[1:]}, got {pL.shape}")
         params, L, H, shared = self.check_batch_params(params, pL.shape[0])
+        if len(fwd.states) != L + 1:
+            raise ValueError(f"params have L = {L} layers but the forward pass has {len(fwd.states) - 1}")
         if fwd.run is None:
             raise ValueError("fwd must be a BatchForwardPass of forward_batch (it keeps the layer caches)")
         return BatchAdjointPass(*self._backward_run(fwd.run, params, pL, shared))
@@ -386,8 +390,8 @@ class AttentionTransformer:
         shapes = param_shapes(L, B * H, d, self.d_k, self.d_v)
         grads = {k: rt.empty(shapes[k]) for k in PARAM_NAMES} if with_grads else None
         if stack is not None and shared:  # one kernel call for the L layers (and their gradients)
-            self.layer.xbar_stack(p, *_heads(dp, slice(None)), run.c, stack, self.lions_term, states=run.states,
-                                  grads=None if grads is None else _heads(grads, slice(None)))
+            ops.layer.xbar_stack(p, *_heads(dp, slice(None)), run.c, stack, self.lions_term, states=run.states,
+                                 grads=None if grads is None else _heads(grads, slice(None)))
         else:
             for r in range(L - 1, -1, -1):
                 ops.vjp(run.states[r], _heads(dp, r), run.c[r], PB, run.caches.layer(r), p[r + 1], p[r + 1], p[r],
