@@ -113,6 +113,13 @@ def init_params(L: int, H: int, d: int, d_k: int, d_v: int, *, seed: int = 0, in
     return out
 
 
+def _check_depth(L: int, states: np.ndarray) -> None:
+    """Parameters of L layers for a pass with states (L' + 1, ...): L' = L, else a ValueError (parameters of
+    another depth would read adjoints never written)."""
+    if len(states) != L + 1:
+        raise ValueError(f"params have L = {L} layers but the forward pass has {len(states) - 1}")
+
+
 def _heads(arrays: dict[str, Any], r: int | slice) -> tuple[Any, Any, Any, Any]:
     """Layer r (or the layers of a slice) of stacked (L, ...) head arrays, in the order (Q, K, V, O) (views)."""
     return arrays["Q"][r], arrays["K"][r], arrays["V"][r], arrays["O"][r]
@@ -258,8 +265,7 @@ class AttentionTransformer:
         the adjoints alone, bit for bit the same, with an empty gradient dict: an input gradient p[0]
         needs no parameter gradients)."""
         params, L, H = self.check_params(params)
-        if len(fwd.states) != L + 1:  # parameters of another depth would read adjoints never written
-            raise ValueError(f"params have L = {L} layers but the forward pass has {len(fwd.states) - 1}")
+        _check_depth(L, fwd.states)
         pL = np.ascontiguousarray(p_final, dtype=self.dtype)
         if pL.shape != fwd.states[L].shape:
             raise ValueError(f"p_final must have shape {fwd.states[L].shape}, got {np.shape(p_final)}")
@@ -322,8 +328,7 @@ class AttentionTransformer:
         if pL.shape != fwd.states.shape[1:]:
             raise ValueError(f"p_final must have shape {fwd.states.shape[1:]}, got {pL.shape}")
         params, L, H, shared = self.check_batch_params(params, pL.shape[0])
-        if len(fwd.states) != L + 1:
-            raise ValueError(f"params have L = {L} layers but the forward pass has {len(fwd.states) - 1}")
+        _check_depth(L, fwd.states)
         if fwd.run is None:
             raise ValueError("fwd must be a BatchForwardPass of forward_batch (it keeps the layer caches)")
         return BatchAdjointPass(*self._backward_run(fwd.run, params, pL, shared))
