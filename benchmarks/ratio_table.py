@@ -24,16 +24,16 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")  # see bench_transformer.py
 
-from _bench_common import flops_per_pair_head, time_best  # noqa: E402  (benchmarks/ is sys.path[0])
+from _bench_common import flops_per_pair_head  # noqa: E402  (benchmarks/ is sys.path[0])
 from bench_transformer import _torch_fn  # noqa: E402
 
+from transformer_limits.atomic_write import atomic_write_text  # noqa: E402
 from transformer_limits.numeric.attention.losses import SquaredErrorLoss, sample_tokens, target_map  # noqa: E402
 from transformer_limits.numeric.numba_twins import TIMINGS as TWIN_TIMINGS  # noqa: E402
 from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params  # noqa: E402
@@ -50,11 +50,11 @@ def shape_for(N: int) -> tuple[int, int]:
     return max(1, min(64, lh // H)), H
 
 
-def dgemm_flops(n: int = 2048, repeats: int = 3) -> float:
-    """FLOP/s of a float64 n × n matmul on this process's threads (best of ``repeats``)."""
+def dgemm_call(n: int = 2048) -> tuple[Callable[[], object], float]:
+    """(a float64 n × n matmul on this process's threads, its FLOPs), warmed up."""
     a = np.random.default_rng(0).standard_normal((n, n))
-    t, _ = time_best(lambda: a @ a, repeats)
-    return 2.0 * n ** 3 / t
+    a @ a
+    return (lambda: a @ a), 2.0 * n ** 3
 
 
 def prepare(impl: str, precision: str, N: int, d: int) -> tuple[dict, Callable[[], object], Callable[[], object]]:
@@ -80,24 +80,37 @@ def prepare(impl: str, precision: str, N: int, d: int) -> tuple[dict, Callable[[
     return row, fwd, both
 
 
-def measure_block(N: int, d: int, repeats: int, configs: list[tuple[str, str]]) -> list[dict]:
-    """Rows of every (impl, precision) at N, best of ``repeats``.  The repeats of all implementations
-    alternate (one forward and one forward+adjoint of each per round), so that a slow phase of a shared
-    host falls on all of them alike instead of on the one measured while it lasts: the same-run ratios
-    compare like with like."""
+def measure_block(N: int, d: int, repeats: int, configs: list[tuple[str, str]]) -> tuple[list[dict], list[float]]:
+    """(rows of every (impl, precision) at N, the dgemm FLOP/s of each round).  The repeats of all
+    implementations and of the yardstick dgemm alternate (per round one forward and one forward+adjoint of
+    each, and one dgemm, in a fresh seeded order each round), so that a slow phase of a shared host falls
+    on all of them alike instead of on the one measured while it lasts: the same-run ratios compare like
+    with like.  Each row keeps its per-round times (``forward_rounds_s``, ``forward_adjoint_rounds_s``);
+    ``forward_s`` and ``forward_adjoint_s`` are their minima."""
     prepared = [prepare(impl, prec, N, d) for impl, prec in configs]
-    best = [[float("inf"), float("inf")] for _ in prepared]
-    n = len(prepared)
-    for rnd in range(repeats):
-        for k in ((rnd + i) % n for i in range(n)):  # rotated: no implementation always follows the same one
+    gemm, gemm_flops = dgemm_call()
+    n = len(prepared) + 1  # the implementations and the dgemm
+    times = [([], []) for _ in prepared]
+    gemm_rates: list[float] = []
+    order = np.random.default_rng(N)  # seeded: the same orders in every run
+    for _ in range(repeats):
+        # a fresh order each round: a rotation keeps the cyclic order, so each implementation would always
+        # follow the same one (and run while that one's BLAS or OpenMP threads still spin)
+        for k in order.permutation(n):
+            if k == len(prepared):
+                t0 = time.perf_counter()
+                gemm()
+                gemm_rates.append(gemm_flops / (time.perf_counter() - t0))
+                continue
             _, fwd, both = prepared[k]
             for slot, fn in enumerate((fwd, both)):
                 t0 = time.perf_counter()
                 fn()
-                best[k][slot] = min(best[k][slot], time.perf_counter() - t0)
-    for (row, _, _), (f, b) in zip(prepared, best):
-        row["forward_s"], row["forward_adjoint_s"] = f, b
-    return [row for row, _, _ in prepared]
+                times[k][slot].append(time.perf_counter() - t0)
+    for (row, _, _), (f, b) in zip(prepared, times):
+        row["forward_rounds_s"], row["forward_adjoint_rounds_s"] = f, b
+        row["forward_s"], row["forward_adjoint_s"] = min(f), min(b)
+    return [row for row, _, _ in prepared], gemm_rates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,25 +128,35 @@ def main(argv: list[str] | None = None) -> int:
         impls = ["blas", "numba", "torch"]
     except ImportError:
         impls = ["blas", "numba"]
-    peak = dgemm_flops()
     fwd_flops, both_flops = flops_per_pair_head(args.d, args.d)
     print(f"# d = d_k = d_v = {args.d}, {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.1f}; "
-          f"float64 dgemm (n = 2048): {peak / 1e9:.2f} GFLOP/s")
-    print(f"{'N':>5} {'L':>3} {'H':>2} {'impl':>6} {'prec':>8} {'fwd s':>9} {'fwd x':>7} {'f+adj s':>9} "
-          f"{'f+adj x':>8} {'fwd % dgemm':>12}")
-    rows = []
+          f"{args.repeats} alternating rounds per N, best of them")
+    header = (f"{'N':>5} {'L':>3} {'H':>2} {'impl':>6} {'prec':>8} {'fwd s':>9} {'fwd x':>7} {'f+adj s':>9} "
+              f"{'f+adj x':>8} {'fwd % dgemm':>12} {'paired':>7}")
+    rows, peaks = [], {}
     for N in args.N:
-        block = measure_block(N, args.d, args.repeats, [(impl, prec) for prec in ("float64", "float32") for impl in impls])
+        block, rates = measure_block(N, args.d, args.repeats,
+                                     [(impl, prec) for prec in ("float64", "float32") for impl in impls])
+        peak = peaks[N] = max(rates)
+        print(f"# N = {N}: float64 dgemm (n = 2048) {peak / 1e9:.2f} GFLOP/s, best of the rounds "
+              f"(median {np.median(rates) / 1e9:.2f})")
+        print(header)
         base = next(r for r in block if r["impl"] == "blas" and r["precision"] == "float64")
         for r in block:
             if "forward_s" in r:
                 r["forward_x_blas64"] = base["forward_s"] / r["forward_s"]
                 r["forward_adjoint_x_blas64"] = base["forward_adjoint_s"] / r["forward_adjoint_s"]
+                r["dgemm_flops"] = peak
                 r["forward_fraction_of_dgemm"] = fwd_flops * r["updates"] / r["forward_s"] / peak
                 r["forward_adjoint_fraction_of_dgemm"] = both_flops * r["updates"] / r["forward_adjoint_s"] / peak
+                # the same fraction round by round (each forward against the dgemm of its own round): its
+                # median is robust to host phases longer than a round, where best-of-each pairs two moments
+                r["forward_fraction_of_dgemm_paired_median"] = float(np.median(
+                    [fwd_flops * r["updates"] / f / g for f, g in zip(r["forward_rounds_s"], rates)]))
                 print(f"{N:>5} {r['L']:>3} {r['H']:>2} {r['impl']:>6} {r['precision']:>8} {r['forward_s']:9.4f} "
                       f"{r['forward_x_blas64']:7.2f} {r['forward_adjoint_s']:9.4f} {r['forward_adjoint_x_blas64']:8.2f} "
-                      f"{100 * r['forward_fraction_of_dgemm']:11.1f}%")
+                      f"{100 * r['forward_fraction_of_dgemm']:11.1f}% "
+                      f"{100 * r['forward_fraction_of_dgemm_paired_median']:6.1f}%")
             else:
                 print(f"{N:>5} {r['L']:>3} {r['H']:>2} {r['impl']:>6} {r['precision']:>8}   {r['note']}")
             rows.append(r)
@@ -147,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
               f"forward+adjoint {numba64['forward_adjoint_s'] / numba32['forward_adjoint_s']:.2f}x (same run)")
     print(f"# FLOPs per pair-head-layer: forward {fwd_flops}, forward+adjoint {both_flops} (exp counted as 20)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"dgemm_flops": peak, "d": args.d, "cpus": os.cpu_count(),
-                                               "rows": rows}, indent=2) + "\n")
+        atomic_write_text(args.json, json.dumps({"dgemm_flops": {str(n): f for n, f in peaks.items()},
+                                                 "repeats": args.repeats, "d": args.d, "cpus": os.cpu_count(),
+                                                 "rows": rows}, indent=2) + "\n")
     return 0
 
 

@@ -3,7 +3,8 @@
 The discrete transformer is x_{r+1} = x_r + F_r(x_r) and its input adjoint p_r = p_{r+1} + xbar_r(p_{r+1})
 (docs/theory.md §A.2).  The stacks run the layer's own kernels in the same order, so a transformer's
 forward and input-adjoint passes must equal that recursion written out with ``AttentionLayer.field`` /
-``vjp`` bit for bit, masked or not, for N on both sides of the serial-task threshold; the parameter
+``vjp`` bit for bit, masked or not, for N on both sides of the serial-task threshold and H N on both sides of the one from
+which a stack computes its feature maps in parallel; the parameter
 gradients of a stacked pass (``adjoint_grads_stack``: every layer's ``param_grads`` inside the stack)
 must equal those of the written-out recursion too.  A stack that skipped one layer's residual, or wrote
 one layer's gradients into another's slot, would fail every comparison.
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from transformer_limits.numeric.attention.layer import SERIAL_TOKENS
+from transformer_limits.symbolic.attention_adjoint_kernels import FEAT_PARALLEL_ITEMS
 from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params
 
 
@@ -52,6 +54,25 @@ def test_stacked_passes_are_the_written_out_recursions_bit_for_bit(causal, N, L)
     assert np.array_equal(fwd.states, states)
     assert np.array_equal(model.backward(fwd, params, pL, grads=False).p, p)
     full = model.backward(fwd, params, pL)  # gradients: adjoint_grads_stack
+    assert np.array_equal(full.p, p)
+    for k in "QKVO":
+        assert np.array_equal(full.grads[k], grads[k]), k
+
+
+@pytest.mark.parametrize("items", [FEAT_PARALLEL_ITEMS - 64, FEAT_PARALLEL_ITEMS])
+def test_stacks_on_both_sides_of_the_parallel_feature_maps_are_the_recursions(items):
+    # H N token-heads just below (features_serial) and at (features, in parallel) the threshold
+    N, L = 64, 2
+    H = items // N
+    model = AttentionTransformer(3, 2, 2, backend="numba")
+    params = init_params(L, H, 3, 2, 2, seed=H, gain=1.5)
+    rng = np.random.default_rng(H)
+    X0, pL = rng.uniform(-1, 1, (N, 3)), rng.normal(size=(N, 3))
+    states, p, grads = written_out(model, params, X0, pL)
+    fwd = model.forward(X0, params)
+    assert fwd.run.caches.stacked is not None
+    assert np.array_equal(fwd.states, states)
+    full = model.backward(fwd, params, pL)
     assert np.array_equal(full.p, p)
     for k in "QKVO":
         assert np.array_equal(full.grads[k], grads[k]), k

@@ -96,7 +96,10 @@ FEAT_TOKENS = 256  # tokens per task of the feature maps
 # loads at once, past the 16 vector registers of AVX2 at d_k = 8: LLVM then spills the loads to the stack
 # every iteration (the logit sweep 3x, the value sweep 2x their FMA bound on Zen 1); four at a time fit
 FWD_CHUNK = 4
-FEAT_PARALLEL_ITEMS = 16384  # token-heads H N from which a layer stack computes the feature maps in parallel
+# token-heads H N from which a layer stack computes the feature maps in parallel: below, the launch costs
+# more than the work (N = 128, H = 8, 1024 items: 1.19x slower in parallel); from 8192 (N = 256, H = 32)
+# the stack's median is 0.87x (the worker is not left idle through a serial phase each layer; 4096: even)
+FEAT_PARALLEL_ITEMS = 8192
 
 
 class _Blocks:

@@ -693,7 +693,7 @@ def forward_stack(states, Qs, Ks, Vs, Os, c, beta, causal, T, QF, KT, VT, A, LOG
     L = Qs.shape[0]
     N = states.shape[1]
     for r in range(L):
-        if Qs.shape[1] * N < 16384:
+        if Qs.shape[1] * N < 8192:
             features_serial(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])
         else:
             features(states[r], Qs[r], Ks[r], Vs[r], QF[r], KT[r], VT[r])
