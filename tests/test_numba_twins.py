@@ -16,7 +16,7 @@ What must hold:
 from __future__ import annotations
 
 import difflib
-import time
+import types
 
 import numpy as np
 import pytest
@@ -201,7 +201,9 @@ def test_a_twin_one_ulp_off_is_caught():
 
 # ------------------------------------------------------------------ the choice
 class _Fake:
-    """A stand-in dispatcher that sleeps ``seconds`` per launch and 'compiles' on its first launch."""
+    """A stand-in dispatcher whose launch takes ``seconds`` on the fake clock (:data:`_CLOCK`, read by the
+    chooser through the ``two_threads`` fixture: real sleeps made the choice depend on the host's load)
+    and 'compiles' on its first launch."""
 
     def __init__(self, seconds: float, name: str):
         self.seconds, self.name, self.calls, self.overloads = seconds, name, 0, {}
@@ -210,10 +212,14 @@ class _Fake:
         self.calls += 1
         if not self.overloads:
             self.overloads["sig"] = None  # the first launch compiles: its time must not count
-            time.sleep(0.05)
+            _CLOCK[0] += 0.05
         else:
-            time.sleep(self.seconds)
+            _CLOCK[0] += self.seconds
         return self.name
+
+
+#: the fake clock's seconds
+_CLOCK = [0.0]
 
 
 def _launch(kernel: TwinKernel, n: int, *args) -> list[str]:
@@ -222,7 +228,9 @@ def _launch(kernel: TwinKernel, n: int, *args) -> list[str]:
 
 @pytest.fixture
 def two_threads(monkeypatch):
+    """Two Numba threads, and the chooser timing launches on the fake clock that the fakes advance."""
     monkeypatch.setattr(numba_twins, "numba_thread_count", lambda: 2)
+    monkeypatch.setattr(numba_twins, "time", types.SimpleNamespace(perf_counter=lambda: _CLOCK[0]))
 
 
 def test_a_short_serial_launch_stays_serial(two_threads):
