@@ -8,7 +8,8 @@ autograd, if importable); precisions float64 and float32.  Columns: forward and 
 layer, docs/theory.md §A.2) and the ratio to blas float64 measured in the same run.  The yardstick: a
 float64 dgemm (n = 2048) on the same threads; the forward pass's achieved fraction is
 (FLOPs per pair-head-layer × updates / s) / dgemm FLOP/s, with the FLOP count of
-``_bench_common.flops_per_pair_head`` (exp counted as 20 flops).
+``_bench_common.flops_per_pair_head`` (exp counted as 20 flops), the best forward against the best dgemm of
+the same rounds; ``paired``: the median over rounds of each round's forward against that round's dgemm.
 
 L and H shrink with N so one forward pass stays about the same work (L·H·N² ≈ 2^27 updates; BLAS keeps
 (H, N, N) float64 matrices per layer for its backward pass, 1 GiB at N = 4096, H = 8).  Usage::

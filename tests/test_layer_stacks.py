@@ -3,9 +3,9 @@
 The discrete transformer is x_{r+1} = x_r + F_r(x_r) and its input adjoint p_r = p_{r+1} + xbar_r(p_{r+1})
 (docs/theory.md §A.2).  The stacks run the layer's own kernels in the same order, so a transformer's
 forward and input-adjoint passes must equal that recursion written out with ``AttentionLayer.field`` /
-``vjp`` bit for bit, masked or not, for N on both sides of the serial-task threshold and H N on both sides of the one from
-which a stack computes its feature maps in parallel; the parameter
-gradients of a stacked pass (``adjoint_grads_stack``: every layer's ``param_grads`` inside the stack)
+``vjp`` bit for bit, masked or not, for N on both sides of the serial-task threshold and H N on both
+sides of the one from which a stack computes its feature maps in parallel; the parameter gradients of
+a stacked pass (``adjoint_grads_stack``: every layer's ``param_grads`` inside the stack)
 must equal those of the written-out recursion too.  A stack that skipped one layer's residual, or wrote
 one layer's gradients into another's slot, would fail every comparison.
 """
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from transformer_limits.numeric.attention.layer import SERIAL_TOKENS
-from transformer_limits.symbolic.attention_adjoint_kernels import FEAT_PARALLEL_ITEMS
 from transformer_limits.numeric.attention.transformer import AttentionTransformer, init_params
+from transformer_limits.symbolic.attention_adjoint_kernels import FEAT_PARALLEL_ITEMS
 
 
 def written_out(model, params, X0, pL):
