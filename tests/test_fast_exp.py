@@ -174,16 +174,54 @@ def test_fast_exp_uses_vscalef_where_the_host_has_avx512(row_exp):
     assert "vscalefpd" in "".join(module.row_exp.inspect_asm().values())
 
 
-@pytest.mark.parametrize("precision, valid", [("float64", 1418.0), ("float32", 176.0)])
-def test_fast_exp_nonpos_is_fast_exp_up_to_its_validity_bound(precision, valid, row_exp, row_exp32):
-    """The softmax loops' exp (no overflow clamp) equals fast_exp bit for bit wherever it may be called
-    (x <= 0 up to a rounding) and up to the bound where its exponent-bit factors stay normal, overflow
-    (x > 709.78, float32 88.72) included; NaN stays NaN, -inf gives 0."""
+@pytest.mark.parametrize("precision, valid", [("float64", 709.0), ("float32", 88.0)])
+def test_fast_exp_nonpos_is_fast_exp_flushed_to_zero_below_the_least_normal(precision, valid, row_exp, row_exp32):
+    """The softmax loops' exp is exp with flush to zero: bit for bit fast_exp from ln(least normal) up to
+    ``valid`` (overflow included for float64's fast_exp near 709), and +0.0 exactly where exp(x) is below
+    the least normal number (numpy's exp there is subnormal or 0), -inf included."""
     run = row_exp if precision == "float64" else row_exp32
     dt = np.dtype(precision)
+    tiny = np.finfo(dt).tiny
     rng = np.random.default_rng(5)
-    x = np.concatenate([np.linspace(-800.0, valid, 400_001), rng.uniform(-5.0, 1e-12, 100_000),
-                        [-np.inf, -0.0, 0.0, valid]]).astype(dt)
-    with np.errstate(over="ignore"):
-        assert np.array_equal(run(x, nonpos=True), run(x))
-    assert np.isnan(run(np.array([np.nan], dt), nonpos=True)[0])
+    lo = {"float64": -800.0, "float32": -110.0}[precision]
+    x = np.concatenate([np.linspace(lo, valid, 400_001), rng.uniform(-5.0, 1e-12, 100_000),
+                        rng.uniform(lo, 0.0, 100_000), [-np.inf, -1e30, -0.0, 0.0, valid]]).astype(dt)
+    x = np.concatenate([x, np.nextafter(x[:-1], x[1:])])  # neighbours, so the threshold is met on both sides
+    got, fast = run(x, nonpos=True), run(x)
+    with np.errstate(under="ignore"):
+        exact = np.exp(x.astype(np.float64))
+    normal = exact >= tiny * (1 + 1e-6)  # clearly normal: bit for bit fast_exp
+    subnormal = exact < tiny * (1 - 1e-6)  # clearly subnormal (or 0): flushed
+    assert normal.sum() > 400_000 and subnormal.sum() > 50_000
+    np.testing.assert_array_equal(got[normal].view(f"i{dt.itemsize}"), fast[normal].view(f"i{dt.itemsize}"))
+    assert not np.any(got[subnormal].view(f"i{dt.itemsize}"))  # +0.0: no sign bit, nothing else
+    between = ~normal & ~subnormal  # within 1e-6 of the threshold: either the flush or fast_exp
+    assert np.all((got[between] == 0) | (got[between] == fast[between]))
+
+
+def test_the_flush_threshold_is_the_log_of_the_least_normal():
+    """LN_MIN_NORMAL (float64) and LN_MIN_NORMAL_F32 are ln 2^-1022 and ln 2^-126 rounded to their precision
+    (mpmath, 30 digits), and every x above them has k = round(x / ln 2) >= -1022 (float32 -126), where
+    ``_pow2_normal`` builds 2^k exactly."""
+    mp = pytest.importorskip("mpmath")
+    from transformer_limits.symbolic.fast_exp import LN_MIN_NORMAL, LN_MIN_NORMAL_F32
+
+    with mp.workdps(30):
+        assert LN_MIN_NORMAL == float(mp.log(mp.mpf(2) ** -1022))
+        assert LN_MIN_NORMAL_F32 == float(np.float32(float(mp.log(mp.mpf(2) ** -126))))
+    assert round(LN_MIN_NORMAL / np.log(2)) >= -1022 and round(LN_MIN_NORMAL_F32 / np.log(2)) >= -126
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_fast_exp_nonpos_keeps_nan_whatever_its_payload(precision, row_exp, row_exp32):
+    """NaN in, NaN out, for NaNs with payload bits in the low mantissa, where k is read from (an integer add
+    of k << mant into p's bits would turn such a NaN into a number; the product p 2^k cannot)."""
+    run = row_exp if precision == "float64" else row_exp32
+    if precision == "float64":
+        bits = np.array([0x7FF8000000000000, 0x7FF8000000000001, 0x7FF8000000000FFF, 0xFFF8000000000123,
+                         0x7FF0000000000001, 0x7FFFFFFFFFFFFFFF], dtype=np.uint64)
+        x = bits.view(np.float64)
+    else:
+        bits = np.array([0x7FC00000, 0x7FC00001, 0x7FC001FF, 0xFFC00123, 0x7F800001, 0x7FFFFFFF], dtype=np.uint32)
+        x = bits.view(np.float32)
+    assert np.all(np.isnan(x)) and np.all(np.isnan(run(np.tile(x, 8), nonpos=True)))

@@ -25,6 +25,15 @@ def _times_pow2(typingctx, p, t):
     return numba.types.float64(numba.types.float64, numba.types.float64), codegen
 
 
+@_intrinsic
+def _pow2_normal(typingctx, t):
+    def codegen(context, builder, signature, args):
+        ity = _ir.IntType(64)
+        k_shifted = builder.shl(builder.bitcast(args[0], ity), _ir.Constant(ity, 52))
+        return builder.bitcast(builder.add(k_shifted, _ir.Constant(ity, 0x3ff0000000000000)), _ir.DoubleType())
+    return numba.types.float64(numba.types.float64), codegen
+
+
 @numba.njit(cache=True, fastmath={"contract"})
 def fast_exp(x):
     """exp(x) to 1 ulp, vectorisable (Cody-Waite + degree-11 Chebyshev + exponent bits)."""
@@ -50,8 +59,7 @@ def fast_exp(x):
 
 @numba.njit(cache=True, fastmath={"contract"})
 def fast_exp_nonpos(x):
-    """fast_exp(x) for x <= 1418 (no overflow clamp: the softmax loops, x <= 0)."""
-    x = -746.0 if x < -746.0 else x  # NaN passes
+    """fast_exp(x) bit for bit for ln(least normal) <= x <= 709, 0 below (the softmax loops, x <= 0)."""
     t = x * 1.4426950408889634 + 6755399441055744.0
     kf = t - 6755399441055744.0
     r = x - kf * 0.6931471803691238
@@ -67,7 +75,8 @@ def fast_exp_nonpos(x):
     p = p * r + 0.16666666666666669
     p = p * r + 0.5000000000000001
     p = 1.0 + (r + r * r * p)
-    return _times_pow2(p, t)
+    e = p * _pow2_normal(t)  # NaN stays NaN: the product carries it
+    return 0.0 if x < -708.3964185322641 else e  # flush to zero; NaN passes
 
 
 from llvmlite import ir as _ir_order
