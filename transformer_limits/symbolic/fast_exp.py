@@ -27,9 +27,9 @@ l - log Z, <= 0 up to a rounding), exp with flush to zero: p 2^k with 2^k built 
 bits (normal for -1022 <= k <= 1023; float32 -126..127) and no clamps; results below the least normal
 number (x < ln 2^-1022 = -708.396, float32 ln 2^-126 = -87.337) are 0, chosen by one select that lets NaN
 through.  Bit for bit ``fast_exp`` for ln 2^-1022 <= x <= 709 (float32: 88), 0 below (an absolute error
-< 2.3e-308: the softmax sums are >= 1); the scaling costs 3 vector instructions where ``fast_exp``'s
-clamp and exactly rounded subnormal scaling cost 9 (about 6 % of the exp on AVX2).  NaN stays NaN (the
-product p 2^k carries it, whatever the payload), -inf gives 0.
+< 2.3e-308: the softmax sums are >= 1).  Range handling and scaling take 5 vector instructions (shift,
+add, multiply, compare, and) where the clamp and the exactly rounded subnormal scaling took 8 (about 6 %
+of the exp on AVX2).  NaN stays NaN (the product p 2^k carries it, whatever the payload), -inf gives 0.
 Measured against ``numpy.exp`` (``tests/test_fast_exp.py``): at most 1 ulp over [-745, 0] and on
 random samples, NaN/inf/-inf/underflow as numpy.  The helpers use ``fastmath={"contract"}`` only (FMA
 contraction; no reassociation, which could undo the Cody-Waite split, and no nnan/ninf).
