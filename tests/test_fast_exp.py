@@ -177,7 +177,7 @@ def test_fast_exp_uses_vscalef_where_the_host_has_avx512(row_exp):
 @pytest.mark.parametrize("precision, valid", [("float64", 709.0), ("float32", 88.0)])
 def test_fast_exp_nonpos_is_fast_exp_flushed_to_zero_below_the_least_normal(precision, valid, row_exp, row_exp32):
     """The softmax loops' exp is exp with flush to zero: bit for bit fast_exp from ln(least normal) up to
-    ``valid`` (the largest x whose 2^k is still normal, just below overflow), and +0.0 exactly where exp(x)
+    ``valid`` (2^k stays normal up to x = 709.4, float32 88.4), and +0.0 exactly where exp(x)
     is below the least normal number (numpy's exp there is subnormal or 0), -inf included."""
     run = row_exp if precision == "float64" else row_exp32
     dt = np.dtype(precision)
