@@ -14,6 +14,8 @@
   ``PYTEST_XDIST_AUTO_NUM_WORKERS`` sets the count.  Without pytest-xdist every run is serial.
   Tests that share a module- (or wider-) scoped fixture are put in one xdist group, so the fixture
   is built once, not once per worker.
+* After collection the heap built so far is frozen and full garbage collections are spaced
+  (``pytest_collection_finish``): each of them rescanned that heap, 11-13 s of a worker's run.
 """
 
 import contextlib
